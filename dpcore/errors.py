@@ -1,0 +1,45 @@
+"""Typed errors raised by dpcore.
+
+Every error raised on user input names the parameter, the constraint it violates and the value
+received, so that a failing call can be fixed from its message alone.
+"""
+
+from __future__ import annotations
+
+
+class DPCoreError(Exception):
+    """Base class of every error dpcore raises on purpose."""
+
+
+class InvalidParameterError(DPCoreError, ValueError):
+    """A parameter is outside the range where the mathematics is defined.
+
+    Example:
+        >>> raise InvalidParameterError("noise_multiplier", "> 0", -1.0)
+        Traceback (most recent call last):
+        ...
+        dpcore.errors.InvalidParameterError: Expected noise_multiplier > 0, got -1.0.
+    """
+
+    def __init__(self, parameter: str, constraint: str, value: object) -> None:
+        self.parameter = parameter
+        self.constraint = constraint
+        self.value = value
+        super().__init__(f"Expected {parameter} {constraint}, got {value!r}.")
+
+
+class UnsupportedEventError(DPCoreError, TypeError):
+    """An accountant was asked to compose an event it cannot analyse.
+
+    The message names the event and the accountant, so nothing is skipped silently.
+    """
+
+    def __init__(self, accountant: str, event: object, reason: str = "") -> None:
+        self.accountant = accountant
+        self.event = event
+        detail = f": {reason}" if reason else ""
+        super().__init__(f"{accountant} does not support the event {event!r}{detail}.")
+
+
+class StateError(DPCoreError, ValueError):
+    """Saved accountant state is malformed or belongs to another accountant."""

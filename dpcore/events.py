@@ -1,0 +1,218 @@
+"""Privacy events: immutable descriptions of *what ran*, holding no mathematics.
+
+An event says which mechanism was applied (and how it was sampled or repeated); an accountant
+turns events into privacy guarantees. Events are validated on construction, so an invalid
+mechanism can never reach an accountant. Noise multipliers are relative to the sensitivity under
+the accountant's neighbouring relation (add/remove one example by default).
+
+Example:
+    >>> event = dpsgd_event(sampling_probability=0.01, noise_multiplier=4.0, steps=10_000)
+    >>> event.count, event.event.sampling_probability
+    (10000, 0.01)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar
+
+from dpcore.errors import InvalidParameterError, StateError
+from dpcore.validation import (
+    check_count,
+    check_delta_closed,
+    check_non_negative,
+    check_probability,
+)
+
+__all__ = [
+    "ComposedEvent",
+    "DpEvent",
+    "EpsilonDeltaEvent",
+    "GaussianEvent",
+    "LaplaceEvent",
+    "PoissonSampledEvent",
+    "SampledWithoutReplacementEvent",
+    "SelfComposedEvent",
+    "dpsgd_event",
+    "event_from_dict",
+]
+
+_EVENT_TYPES: dict[str, type[DpEvent]] = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class DpEvent:
+    """Base class of all events. Subclasses are frozen dataclasses with a unique ``kind`` tag."""
+
+    kind: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.kind:
+            _EVENT_TYPES[cls.kind] = cls
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable description from which :func:`event_from_dict` rebuilds the event."""
+        out: dict[str, Any] = {"type": self.kind}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, DpEvent):
+                out[field.name] = value.to_dict()
+            elif isinstance(value, tuple):
+                out[field.name] = [item.to_dict() for item in value]
+            else:
+                out[field.name] = value
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class GaussianEvent(DpEvent):
+    """Gaussian mechanism with noise standard deviation ``noise_multiplier`` x L2 sensitivity.
+
+    ``noise_multiplier = 0`` is allowed and means no noise: every accountant answers epsilon = inf.
+    """
+
+    kind: ClassVar[str] = "gaussian"
+    noise_multiplier: float
+
+    def __post_init__(self) -> None:
+        value = check_non_negative("noise_multiplier", self.noise_multiplier)
+        object.__setattr__(self, "noise_multiplier", value)
+
+
+@dataclasses.dataclass(frozen=True)
+class LaplaceEvent(DpEvent):
+    """Laplace mechanism with scale ``noise_multiplier`` x L1 sensitivity (0 means no noise)."""
+
+    kind: ClassVar[str] = "laplace"
+    noise_multiplier: float
+
+    def __post_init__(self) -> None:
+        value = check_non_negative("noise_multiplier", self.noise_multiplier)
+        object.__setattr__(self, "noise_multiplier", value)
+
+
+@dataclasses.dataclass(frozen=True)
+class EpsilonDeltaEvent(DpEvent):
+    """A mechanism known only to be (epsilon, delta)-DP; ``delta = 0`` is pure DP."""
+
+    kind: ClassVar[str] = "epsilon_delta"
+    epsilon: float
+    delta: float = 0.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epsilon", check_non_negative("epsilon", self.epsilon))
+        object.__setattr__(self, "delta", check_delta_closed("delta", self.delta))
+
+
+def _check_event(name: str, value: object) -> DpEvent:
+    if not isinstance(value, DpEvent):
+        raise InvalidParameterError(name, "to be a DpEvent", value)
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class PoissonSampledEvent(DpEvent):
+    """``event`` applied to a Poisson sample: each record kept independently w.p. q."""
+
+    kind: ClassVar[str] = "poisson_sampled"
+    sampling_probability: float
+    event: DpEvent
+
+    def __post_init__(self) -> None:
+        q = check_probability("sampling_probability", self.sampling_probability)
+        object.__setattr__(self, "sampling_probability", q)
+        _check_event("event", self.event)
+
+
+@dataclasses.dataclass(frozen=True)
+class SampledWithoutReplacementEvent(DpEvent):
+    """``event`` applied to a uniformly random subset of exactly ``sample_size`` records."""
+
+    kind: ClassVar[str] = "sampled_without_replacement"
+    sample_size: int
+    dataset_size: int
+    event: DpEvent
+
+    def __post_init__(self) -> None:
+        n = check_count("dataset_size", self.dataset_size, minimum=1)
+        m = check_count("sample_size", self.sample_size, minimum=0)
+        if m > n:
+            raise InvalidParameterError("sample_size", f"<= dataset_size = {n}", self.sample_size)
+        object.__setattr__(self, "dataset_size", n)
+        object.__setattr__(self, "sample_size", m)
+        _check_event("event", self.event)
+
+
+@dataclasses.dataclass(frozen=True)
+class SelfComposedEvent(DpEvent):
+    """``event`` run ``count`` times in sequence (``count = 0`` means nothing ran)."""
+
+    kind: ClassVar[str] = "self_composed"
+    event: DpEvent
+    count: int
+
+    def __post_init__(self) -> None:
+        _check_event("event", self.event)
+        object.__setattr__(self, "count", check_count("count", self.count))
+
+
+@dataclasses.dataclass(frozen=True)
+class ComposedEvent(DpEvent):
+    """The events run in sequence, possibly different from one another."""
+
+    kind: ClassVar[str] = "composed"
+    events: tuple[DpEvent, ...]
+
+    def __init__(self, events: Iterable[DpEvent]) -> None:
+        if isinstance(events, DpEvent) or not isinstance(events, Iterable):
+            raise InvalidParameterError("events", "to be an iterable of DpEvent", events)
+        items = tuple(events)
+        for index, item in enumerate(items):
+            _check_event(f"events[{index}]", item)
+        object.__setattr__(self, "events", items)
+
+
+def dpsgd_event(
+    *, sampling_probability: float, noise_multiplier: float, steps: int
+) -> SelfComposedEvent:
+    """The event of DP-SGD (Abadi et al. 2016, Alg. 1): ``steps`` Poisson-sampled Gaussian steps.
+
+    Args:
+        sampling_probability: q, the probability that a record joins a lot.
+        noise_multiplier: sigma, noise standard deviation divided by the clipping norm.
+        steps: T, the number of noisy steps.
+    """
+    step = PoissonSampledEvent(sampling_probability, GaussianEvent(noise_multiplier))
+    return SelfComposedEvent(step, steps)
+
+
+def event_from_dict(data: Mapping[str, Any]) -> DpEvent:
+    """Rebuild an event from :meth:`DpEvent.to_dict`; malformed input raises :class:`StateError`."""
+    if not isinstance(data, Mapping) or "type" not in data:
+        raise StateError(f"Expected an event object with a 'type' key, got {data!r}.")
+    cls = _EVENT_TYPES.get(data["type"])
+    if cls is None:
+        known = ", ".join(sorted(_EVENT_TYPES))
+        raise StateError(f"Expected event type in {{{known}}}, got {data['type']!r}.")
+    kwargs: dict[str, Any] = {}
+    names = {field.name for field in dataclasses.fields(cls)}
+    extra = set(data) - names - {"type"}
+    if extra:
+        raise StateError(f"Unexpected keys {sorted(extra)} in saved {cls.kind} event.")
+    try:
+        for name in names:
+            value = data[name]
+            if name == "event":
+                value = event_from_dict(value)
+            elif name == "events":
+                if not isinstance(value, list):
+                    raise StateError(f"Expected a list for 'events', got {value!r}.")
+                value = [event_from_dict(item) for item in value]
+            kwargs[name] = value
+        return cls(**kwargs)
+    except KeyError as missing:
+        raise StateError(f"Saved {cls.kind} event lacks the key {missing}.") from None
+    except InvalidParameterError as error:
+        raise StateError(f"Saved {cls.kind} event is invalid: {error}") from error

@@ -1,0 +1,1 @@
+"""Closed forms for single mechanisms (no composition, no accounting state)."""

@@ -1,0 +1,87 @@
+"""Validators for privacy parameters.
+
+Each returns the value (converted to the canonical Python type) or raises
+:class:`~dpcore.errors.InvalidParameterError` naming the parameter, the constraint and the value.
+``bool`` is rejected wherever a number is expected: ``True`` is not a noise multiplier.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+from dpcore.errors import InvalidParameterError
+
+
+def _real(name: str, value: object, constraint: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidParameterError(name, f"to be a real number {constraint}", value)
+    result = float(value)
+    if math.isnan(result):
+        raise InvalidParameterError(name, constraint, value)
+    return result
+
+
+def check_finite(name: str, value: object) -> float:
+    """Any finite real number."""
+    result = _real(name, value, "finite")
+    if not math.isfinite(result):
+        raise InvalidParameterError(name, "to be finite", value)
+    return result
+
+
+def check_positive(name: str, value: object, *, allow_infinity: bool = False) -> float:
+    """A real number > 0 (finite unless ``allow_infinity``)."""
+    result = _real(name, value, "> 0")
+    if result <= 0 or (math.isinf(result) and not allow_infinity):
+        bound = "> 0" if allow_infinity else "> 0 and finite"
+        raise InvalidParameterError(name, bound, value)
+    return result
+
+
+def check_non_negative(name: str, value: object, *, allow_infinity: bool = False) -> float:
+    """A real number >= 0 (finite unless ``allow_infinity``)."""
+    result = _real(name, value, ">= 0")
+    if result < 0 or (math.isinf(result) and not allow_infinity):
+        bound = ">= 0" if allow_infinity else ">= 0 and finite"
+        raise InvalidParameterError(name, bound, value)
+    return result
+
+
+def check_probability(name: str, value: object) -> float:
+    """A probability in the closed interval [0, 1]."""
+    result = _real(name, value, "in [0, 1]")
+    if not 0.0 <= result <= 1.0:
+        raise InvalidParameterError(name, "in [0, 1]", value)
+    return result
+
+
+def check_delta(name: str, value: object) -> float:
+    """A failure probability delta in the open interval (0, 1)."""
+    result = _real(name, value, "in (0, 1)")
+    if not 0.0 < result < 1.0:
+        raise InvalidParameterError(name, "in (0, 1)", value)
+    return result
+
+
+def check_delta_closed(name: str, value: object) -> float:
+    """A delta of an (epsilon, delta) event, allowed in [0, 1)."""
+    result = _real(name, value, "in [0, 1)")
+    if not 0.0 <= result < 1.0:
+        raise InvalidParameterError(name, "in [0, 1)", value)
+    return result
+
+
+def check_count(name: str, value: object, *, minimum: int = 0) -> int:
+    """An integer >= ``minimum``; integral floats such as ``3.0`` are refused too."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InvalidParameterError(name, f"to be an integer >= {minimum}", value)
+    result = int(value)
+    if result < minimum:
+        raise InvalidParameterError(name, f">= {minimum}", value)
+    return result
+
+
+def check_epsilon(name: str, value: object) -> float:
+    """A privacy parameter epsilon >= 0 (finite)."""
+    return check_non_negative(name, value)

@@ -1,0 +1,55 @@
+"""Developer and user entry points: ``nox -s tests``, ``nox -s reproduce`` and friends."""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["tests"]
+nox.options.reuse_existing_virtualenvs = True
+nox.needs_version = ">=2024.3.2"
+
+PYPROJECT = nox.project.load_toml("pyproject.toml")
+
+
+def _install(session: nox.Session, *groups: str, extras: str = "") -> None:
+    deps: list[str] = []
+    for group in groups:
+        deps += nox.project.dependency_groups(PYPROJECT, group)
+    session.install(f".{extras}", *deps)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Run the default test suite (doctests included, slow tests excluded)."""
+    _install(session, "test")
+    session.run("pytest", "dpcore", "tests", "-m", "not slow", *session.posargs)
+
+
+@nox.session
+def slow(session: nox.Session) -> None:
+    """Run only the tests marked slow (wide cross-checks against peers)."""
+    _install(session, "test")
+    session.run("pytest", "tests", "-m", "slow", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """Check formatting and style with ruff and types with mypy on the package."""
+    _install(session, "lint")
+    session.run("ruff", "format", "--check", ".")
+    session.run("ruff", "check", ".")
+    session.run("mypy")
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Time dpcore against peers; writes JSON under bench/results/ (``-- accounting`` for one)."""
+    _install(session, "bench", extras="[progress]")
+    session.run("python", "-m", "bench", *session.posargs)
+
+
+@nox.session
+def reproduce(session: nox.Session) -> None:
+    """Regenerate every figure in figures/ (data beside each) from scratch."""
+    _install(session, extras="[plot,progress]")
+    session.run("python", "-m", "reproductions", *session.posargs)
