@@ -30,6 +30,9 @@ _INITIAL_SPACING = 1e-3
 _MAX_REFINEMENTS = 4
 #: Largest grid (points in one composed PLD) the adaptive refinement may request.
 _MAX_GRID_POINTS = 2**24
+#: Largest single-step grid: very small noise multipliers get a coarser grid (a wider, still
+#: certified interval) rather than an unbounded amount of memory.
+_MAX_STEP_POINTS = 2**21
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,11 +153,7 @@ class PldAccountant(PrivacyAccountant):
             laplace = laplace_pair(noise_multiplier=event.noise_multiplier)
             both = (laplace.pessimistic(spacing), laplace.optimistic(spacing))
             return [both, both]
-        if isinstance(event, GaussianEvent):
-            q, sigma = 1.0, event.noise_multiplier
-        else:
-            assert isinstance(event, PoissonSampledEvent) and isinstance(event.event, GaussianEvent)
-            q, sigma = event.sampling_probability, event.event.noise_multiplier
+        q, sigma = _gaussian_parameters(event)
         remove, add = subsampled_gaussian_pairs(sampling_probability=q, noise_multiplier=sigma)
         if q == 1.0:  # the plain Gaussian pair is symmetric
             both = (remove.pessimistic(spacing), remove.optimistic(spacing))
@@ -163,6 +162,24 @@ class PldAccountant(PrivacyAccountant):
             (remove.pessimistic(spacing), remove.optimistic(spacing)),
             (add.pessimistic(spacing), add.optimistic(spacing)),
         ]
+
+    def _loss_range(self) -> float:
+        """Width of the widest single-step loss grid among the composed events."""
+        widths = [1.0]
+        for event in self._counts:
+            if isinstance(event, EpsilonDeltaEvent):
+                widths.append(2 * event.epsilon)
+            elif isinstance(event, LaplaceEvent):
+                widths.append(2 / event.noise_multiplier)
+            else:
+                q, sigma = _gaussian_parameters(event)
+                remove, _ = subsampled_gaussian_pairs(sampling_probability=q, noise_multiplier=sigma)
+                widths.append(remove.high - remove.low)
+        return max(widths)
+
+    def _start_spacing(self) -> float:
+        spacing = self._spacing or _INITIAL_SPACING
+        return max(spacing, self._loss_range() / _MAX_STEP_POINTS)
 
     def _composed(self, spacing: float) -> list[_Direction]:
         if spacing not in self._cache:
@@ -181,6 +198,8 @@ class PldAccountant(PrivacyAccountant):
     def _next_spacing(self, spacing: float, width: float) -> float | None:
         """A finer spacing aiming at the tolerance (the gap scales as spacing^2), or None."""
         if self._spacing is not None or width <= self._tolerance:
+            return None
+        if spacing / 10 < self._loss_range() / _MAX_STEP_POINTS:
             return None
         factor = min(0.5, max(0.1, math.sqrt(self._tolerance / width) / 1.5)) if math.isfinite(
             width
@@ -205,7 +224,7 @@ class PldAccountant(PrivacyAccountant):
             return EpsilonInterval(math.inf, math.inf, target, math.nan)
         if not self._counts:
             return EpsilonInterval(0.0, 0.0, target, math.nan)
-        spacing = self._spacing or _INITIAL_SPACING
+        spacing = self._start_spacing()
         interval = self._interval_at(target, spacing)
         for _ in range(_MAX_REFINEMENTS):
             finer = self._next_spacing(spacing, interval.relative_width)
@@ -222,7 +241,7 @@ class PldAccountant(PrivacyAccountant):
             return DeltaInterval(1.0, 1.0, epsilon, math.nan)
         if not self._counts:
             return DeltaInterval(0.0, 0.0, epsilon, math.nan)
-        spacing = self._spacing or _INITIAL_SPACING
+        spacing = self._start_spacing()
         for attempt in range(_MAX_REFINEMENTS + 1):
             directions = self._composed(spacing)
             upper = max(min(1.0, u.delta(epsilon) + u.error_mass) for u, _ in directions)
@@ -239,3 +258,11 @@ class PldAccountant(PrivacyAccountant):
 
     def _delta(self, epsilon: float) -> float:
         return self.get_delta_interval(epsilon).upper
+
+
+def _gaussian_parameters(event: DpEvent) -> tuple[float, float]:
+    """(q, sigma) of a Gaussian or Poisson-sampled Gaussian event (q = 1 when not sampled)."""
+    if isinstance(event, GaussianEvent):
+        return 1.0, event.noise_multiplier
+    assert isinstance(event, PoissonSampledEvent) and isinstance(event.event, GaussianEvent)
+    return event.sampling_probability, event.event.noise_multiplier
