@@ -1,0 +1,1 @@
+"""Benchmarks: ``nox -s bench`` (all) or ``nox -s bench -- accounting``; JSON in bench/results/."""

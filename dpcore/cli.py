@@ -1,0 +1,181 @@
+"""Command line: ``python -m dpcore account ...`` and ``python -m dpcore calibrate ...``.
+
+``account`` composes the DP-SGD event (Poisson sampling rate q, noise multiplier sigma, T steps)
+in every accountant and prints epsilon at the given delta, its direction and the time it took.
+``--json`` prints a list of objects ``{accountant, epsilon, epsilon_lower, kind, seconds}``
+(``epsilon_lower`` only where an accountant certifies one; an infinite epsilon is ``null``).
+Bad input exits with status 2 and one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+import warnings
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from dpcore.accountants import ACCOUNTANT_NAMES, accountant_class
+from dpcore.accountants.base import EstimateKind
+from dpcore.accountants.pld import PldAccountant
+from dpcore.calibration import calibrate_noise
+from dpcore.errors import DPCoreError, InvalidParameterError
+from dpcore.events import dpsgd_event
+from dpcore.validation import check_count, check_delta, check_epsilon
+
+__all__ = ["main"]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"dpcore: error: {message}\n")
+
+
+def _real(name: str):  # type: ignore[no-untyped-def]
+    def parse(text: str) -> float:
+        try:
+            return float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                str(InvalidParameterError(name, "to be a real number", text))
+            ) from None
+
+    return parse
+
+
+def _integer(name: str):  # type: ignore[no-untyped-def]
+    def parse(text: str) -> int:
+        try:
+            return int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                str(InvalidParameterError(name, "to be an integer >= 0", text))
+            ) from None
+
+    return parse
+
+
+def _accountant_list(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    for name in names:
+        if name not in ACCOUNTANT_NAMES:
+            raise argparse.ArgumentTypeError(
+                str(InvalidParameterError("accountants", f"in {ACCOUNTANT_NAMES}", name))
+            )
+    if not names:
+        raise argparse.ArgumentTypeError("Expected at least one accountant name, got ''.")
+    return names
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m dpcore", description="Differential privacy accounting.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def add_common(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--sampling-rate", type=_real("sampling_rate"), required=True,
+                         help="Poisson sampling probability q in [0, 1]")
+        sub.add_argument("--steps", type=_integer("steps"), required=True,
+                         help="number of noisy steps T >= 0")
+        sub.add_argument("--delta", type=_real("delta"), required=True, help="target delta in (0, 1)")
+        sub.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    account = commands.add_parser("account", help="epsilon of DP-SGD under every accountant")
+    add_common(account)
+    account.add_argument("--noise-multiplier", type=_real("noise_multiplier"), required=True,
+                         help="noise standard deviation over the clipping norm, sigma >= 0")
+    account.add_argument("--accountants", type=_accountant_list, default=list(ACCOUNTANT_NAMES),
+                         help=f"comma-separated subset of {','.join(ACCOUNTANT_NAMES)}")
+
+    calibrate = commands.add_parser("calibrate", help="smallest sigma meeting a target epsilon")
+    add_common(calibrate)
+    calibrate.add_argument("--target-epsilon", type=_real("target_epsilon"), required=True)
+    calibrate.add_argument("--accountant", choices=ACCOUNTANT_NAMES, default="pld")
+    return parser
+
+
+def _finite(value: float) -> float | None:
+    return None if math.isinf(value) else float(value)
+
+
+def account_rows(*, sampling_rate: float, noise_multiplier: float, steps: int, delta: float,
+                 accountants: Sequence[str] = ACCOUNTANT_NAMES) -> list[dict[str, Any]]:
+    """One result object per accountant, as printed by ``account --json``."""
+    event = dpsgd_event(sampling_probability=sampling_rate, noise_multiplier=noise_multiplier,
+                        steps=steps)
+    delta = check_delta("delta", delta)
+    rows: list[dict[str, Any]] = []
+    for name in accountants:
+        start = time.perf_counter()
+        accountant = accountant_class(name)()
+        if not accountant.supports(event):
+            continue
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            accountant.compose(event)
+            row: dict[str, Any] = {"accountant": name, "kind": accountant.kind.value}
+            if isinstance(accountant, PldAccountant):
+                interval = accountant.get_epsilon_interval(delta)
+                row["epsilon"] = _finite(interval.upper)
+                row["epsilon_lower"] = _finite(interval.lower)
+            else:
+                row["epsilon"] = _finite(accountant.get_epsilon(delta))
+        row["seconds"] = time.perf_counter() - start
+        if caught:
+            row["notes"] = [str(item.message) for item in caught]
+        rows.append(row)
+    return rows
+
+
+def _format_table(rows: list[dict[str, Any]], delta: float) -> str:
+    def number(value: float | None) -> str:
+        return "inf" if value is None else f"{value:.4g}"
+
+    lines = [f"{'accountant':<11} {'epsilon':>21}  {'direction':<29} {'seconds':>8}"]
+    for row in rows:
+        if "epsilon_lower" in row:
+            value = f"[{number(row['epsilon_lower'])}, {number(row['epsilon'])}]"
+            direction = "interval (certified bounds)"
+        elif row["kind"] == EstimateKind.APPROXIMATE.value:
+            value, direction = number(row["epsilon"]), "approximate, not a guarantee"
+        else:
+            value, direction = number(row["epsilon"]), "upper bound"
+        lines.append(f"{row['accountant']:<11} {value:>21}  {direction:<29} {row['seconds']:>8.3f}")
+    lines.append(f"(epsilon at delta = {delta:g}; add/remove-one neighbouring)")
+    for row in rows:
+        for note in row.get("notes", []):
+            lines.append(f"note ({row['accountant']}): {note}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit status."""
+    args = _build_parser().parse_args(argv)
+    try:
+        if args.command == "account":
+            rows = account_rows(sampling_rate=args.sampling_rate,
+                                noise_multiplier=args.noise_multiplier, steps=args.steps,
+                                delta=args.delta, accountants=args.accountants)
+            print(json.dumps(rows, allow_nan=False) if args.json else _format_table(rows, args.delta))
+        else:
+            steps = check_count("steps", args.steps)
+            target = check_epsilon("target_epsilon", args.target_epsilon)
+            start = time.perf_counter()
+            sigma = calibrate_noise(target_epsilon=target, target_delta=args.delta,
+                                    sampling_probability=args.sampling_rate, steps=steps,
+                                    accountant=args.accountant)
+            result = {"accountant": args.accountant, "noise_multiplier": sigma,
+                      "target_epsilon": target, "delta": args.delta,
+                      "seconds": time.perf_counter() - start}
+            if args.json:
+                print(json.dumps(result, allow_nan=False))
+            else:
+                print(f"noise multiplier {sigma:.6g} meets epsilon <= {target:g} at delta = "
+                      f"{args.delta:g} under the {args.accountant} accountant "
+                      f"({result['seconds']:.2f} s)")
+    except DPCoreError as error:
+        print(f"dpcore: error: {error}", file=sys.stderr)
+        return 2
+    return 0

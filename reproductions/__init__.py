@@ -1,0 +1,1 @@
+"""Paper reproductions, one folder per paper; ``python -m reproductions`` regenerates figures/."""

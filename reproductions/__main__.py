@@ -1,0 +1,41 @@
+"""``python -m reproductions [--profile quick|full] [--only NAME ...]``: regenerate figures/.
+
+Each reproduction first computes and saves its results (JSON + CSV with config and commit),
+then draws its figure from the saved file only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+
+from reproductions.abadi2016 import fig2
+from reproductions.bu2019_gdp import tradeoff_curves
+
+#: name -> (compute, plot); compute takes the profile name.
+REPRODUCTIONS: dict[str, tuple[Callable[[str], None], Callable[[], None]]] = {
+    "abadi2016_fig2": (lambda profile: fig2.compute(), fig2.plot),
+    "bu2019_tradeoff_curves": (lambda profile: tradeoff_curves.compute(), tradeoff_curves.plot),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m reproductions", description=__doc__)
+    parser.add_argument("--profile", choices=("quick", "full"), default="quick",
+                        help="quick (default, minutes on 2 CPU cores) or full (the papers' sizes)")
+    parser.add_argument("--only", nargs="+", choices=sorted(REPRODUCTIONS), default=None,
+                        help="run only these reproductions")
+    args = parser.parse_args(argv)
+    for name in args.only or list(REPRODUCTIONS):
+        compute, plot = REPRODUCTIONS[name]
+        start = time.perf_counter()
+        compute(args.profile)
+        plot()
+        print(f"{name}: done in {time.perf_counter() - start:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
