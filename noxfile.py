@@ -15,7 +15,7 @@ def _install(session: nox.Session, *groups: str, extras: str = "") -> None:
     deps: list[str] = []
     for group in groups:
         deps += nox.project.dependency_groups(PYPROJECT, group)
-    session.install(f".{extras}", *deps)
+    session.install("-e", f".{extras}", *deps)
 
 
 @nox.session

@@ -8,6 +8,7 @@ comparable. The peer's PLD is run at its default grid (1e-4) and at dpcore's fin
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -17,10 +18,10 @@ from typing import Any
 import dp_accounting
 from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
+from dpcore.accountants.rdp import RdpAccountant
 from tqdm import tqdm
 
 from dpcore.accountants.pld import PldAccountant
-from dpcore.accountants.rdp import RdpAccountant
 from dpcore.events import dpsgd_event
 from dpcore.provenance import provenance
 
@@ -45,17 +46,29 @@ def _best(run: Callable[[], dict[str, Any]], repeats: int) -> dict[str, Any]:
 
 def _ours_rdp(steps: int) -> dict[str, Any]:
     accountant = RdpAccountant().compose(
-        dpsgd_event(sampling_probability=SAMPLING_PROBABILITY, noise_multiplier=NOISE_MULTIPLIER, steps=steps)
+        dpsgd_event(
+            sampling_probability=SAMPLING_PROBABILITY,
+            noise_multiplier=NOISE_MULTIPLIER,
+            steps=steps,
+        )
     )
     return {"epsilon": float(accountant.get_epsilon(DELTA))}
 
 
 def _ours_pld(steps: int) -> dict[str, Any]:
     accountant = PldAccountant().compose(
-        dpsgd_event(sampling_probability=SAMPLING_PROBABILITY, noise_multiplier=NOISE_MULTIPLIER, steps=steps)
+        dpsgd_event(
+            sampling_probability=SAMPLING_PROBABILITY,
+            noise_multiplier=NOISE_MULTIPLIER,
+            steps=steps,
+        )
     )
     interval = accountant.get_epsilon_interval(DELTA)
-    return {"epsilon": interval.upper, "epsilon_lower": interval.lower, "grid_spacing": interval.grid_spacing}
+    return {
+        "epsilon": interval.upper,
+        "epsilon_lower": interval.lower,
+        "grid_spacing": interval.grid_spacing,
+    }
 
 
 def _peer_event(steps: int) -> dp_accounting.DpEvent:
@@ -77,41 +90,62 @@ def _peer_pld(steps: int, spacing: float) -> dict[str, Any]:
     return {"epsilon": float(accountant.get_epsilon(DELTA)), "grid_spacing": spacing}
 
 
+# kind -> (implementation, accountant, timed function); dpcore's PLD runs before the matched peer.
+_CELLS: dict[str, tuple[str, str, Callable[..., dict[str, Any]]]] = {
+    "rdp": ("dpcore", "rdp", _ours_rdp),
+    "pld": ("dpcore", "pld", _ours_pld),
+    "peer_rdp": ("dp_accounting", "rdp", _peer_rdp),
+    "peer_pld": ("dp_accounting", "pld", _peer_pld),
+    "peer_pld_matched": ("dp_accounting", "pld_matched_grid", _peer_pld),
+}
+
+
 def run(results_dir: Path, *, repeats: int = REPEATS) -> list[dict[str, Any]]:
     """Time every cell, write ``accounting.json`` (+ ``accounting.meta.json``), return rows."""
     rows: list[dict[str, Any]] = []
-    cells = [(steps, kind) for steps in STEPS for kind in ("rdp", "pld", "peer_rdp", "peer_pld", "peer_pld_matched")]
     ours_spacing: dict[int, float] = {}
+    cells = [(steps, kind) for steps in STEPS for kind in _CELLS]
     for steps, kind in tqdm(cells, desc="accounting benchmark", unit="cell"):
-        if kind == "rdp":
-            row = {"implementation": "dpcore", "accountant": "rdp", **_best(lambda: _ours_rdp(steps), repeats)}
-        elif kind == "pld":
-            row = {"implementation": "dpcore", "accountant": "pld", **_best(lambda: _ours_pld(steps), repeats)}
+        implementation, accountant, function = _CELLS[kind]
+        arguments: tuple[Any, ...] = (steps,)
+        if kind == "peer_pld":
+            arguments = (steps, 1e-4)  # dp_accounting's default grid
+        elif kind == "peer_pld_matched":
+            arguments = (steps, ours_spacing[steps])
+        row = {
+            "implementation": implementation,
+            "accountant": accountant,
+            **_best(functools.partial(function, *arguments), repeats),
+        }
+        if kind == "pld":
             ours_spacing[steps] = row["grid_spacing"]
-        elif kind == "peer_rdp":
-            row = {"implementation": "dp_accounting", "accountant": "rdp", **_best(lambda: _peer_rdp(steps), repeats)}
-        elif kind == "peer_pld":
-            row = {"implementation": "dp_accounting", "accountant": "pld", **_best(lambda: _peer_pld(steps, 1e-4), repeats)}
-        else:
-            spacing = ours_spacing[steps]
-            row = {"implementation": "dp_accounting", "accountant": "pld_matched_grid",
-                   **_best(lambda: _peer_pld(steps, spacing), repeats)}
         rows.append({**row, "steps": steps})
     results_dir.mkdir(parents=True, exist_ok=True)
     (results_dir / "accounting.json").write_text(json.dumps(rows, indent=2) + "\n")
     ratios = {}
     for steps in STEPS:
-        by = {(r["implementation"], r["accountant"]): r["seconds"] for r in rows if r["steps"] == steps}
+        by = {
+            (r["implementation"], r["accountant"]): r["seconds"]
+            for r in rows
+            if r["steps"] == steps
+        }
         ratios[str(steps)] = {
-            "pld_dpcore_over_dp_accounting_default": by[("dpcore", "pld")] / by[("dp_accounting", "pld")],
-            "pld_dpcore_over_dp_accounting_matched": by[("dpcore", "pld")] / by[("dp_accounting", "pld_matched_grid")],
+            "pld_dpcore_over_dp_accounting_default": by[("dpcore", "pld")]
+            / by[("dp_accounting", "pld")],
+            "pld_dpcore_over_dp_accounting_matched": by[("dpcore", "pld")]
+            / by[("dp_accounting", "pld_matched_grid")],
             "rdp_dpcore_over_dp_accounting": by[("dpcore", "rdp")] / by[("dp_accounting", "rdp")],
         }
     meta = provenance(
         root=Path(__file__).resolve().parents[1],
         benchmark="accounting",
-        config={"sampling_probability": SAMPLING_PROBABILITY, "noise_multiplier": NOISE_MULTIPLIER,
-                "delta": DELTA, "steps": list(STEPS), "repeats": repeats},
+        config={
+            "sampling_probability": SAMPLING_PROBABILITY,
+            "noise_multiplier": NOISE_MULTIPLIER,
+            "delta": DELTA,
+            "steps": list(STEPS),
+            "repeats": repeats,
+        },
         dp_accounting=getattr(dp_accounting, "__version__", "0.6.0"),
         time_ratios=ratios,
     )

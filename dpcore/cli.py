@@ -75,19 +75,34 @@ def _build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def add_common(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("--sampling-rate", type=_real("sampling_rate"), required=True,
-                         help="Poisson sampling probability q in [0, 1]")
-        sub.add_argument("--steps", type=_integer("steps"), required=True,
-                         help="number of noisy steps T >= 0")
-        sub.add_argument("--delta", type=_real("delta"), required=True, help="target delta in (0, 1)")
+        sub.add_argument(
+            "--sampling-rate",
+            type=_real("sampling_rate"),
+            required=True,
+            help="Poisson sampling probability q in [0, 1]",
+        )
+        sub.add_argument(
+            "--steps", type=_integer("steps"), required=True, help="number of noisy steps T >= 0"
+        )
+        sub.add_argument(
+            "--delta", type=_real("delta"), required=True, help="target delta in (0, 1)"
+        )
         sub.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     account = commands.add_parser("account", help="epsilon of DP-SGD under every accountant")
     add_common(account)
-    account.add_argument("--noise-multiplier", type=_real("noise_multiplier"), required=True,
-                         help="noise standard deviation over the clipping norm, sigma >= 0")
-    account.add_argument("--accountants", type=_accountant_list, default=list(ACCOUNTANT_NAMES),
-                         help=f"comma-separated subset of {','.join(ACCOUNTANT_NAMES)}")
+    account.add_argument(
+        "--noise-multiplier",
+        type=_real("noise_multiplier"),
+        required=True,
+        help="noise standard deviation over the clipping norm, sigma >= 0",
+    )
+    account.add_argument(
+        "--accountants",
+        type=_accountant_list,
+        default=list(ACCOUNTANT_NAMES),
+        help=f"comma-separated subset of {','.join(ACCOUNTANT_NAMES)}",
+    )
 
     calibrate = commands.add_parser("calibrate", help="smallest sigma meeting a target epsilon")
     add_common(calibrate)
@@ -100,11 +115,18 @@ def _finite(value: float) -> float | None:
     return None if math.isinf(value) else float(value)
 
 
-def account_rows(*, sampling_rate: float, noise_multiplier: float, steps: int, delta: float,
-                 accountants: Sequence[str] = ACCOUNTANT_NAMES) -> list[dict[str, Any]]:
+def account_rows(
+    *,
+    sampling_rate: float,
+    noise_multiplier: float,
+    steps: int,
+    delta: float,
+    accountants: Sequence[str] = ACCOUNTANT_NAMES,
+) -> list[dict[str, Any]]:
     """One result object per accountant, as printed by ``account --json``."""
-    event = dpsgd_event(sampling_probability=sampling_rate, noise_multiplier=noise_multiplier,
-                        steps=steps)
+    event = dpsgd_event(
+        sampling_probability=sampling_rate, noise_multiplier=noise_multiplier, steps=steps
+    )
     delta = check_delta("delta", delta)
     rows: list[dict[str, Any]] = []
     for name in accountants:
@@ -155,26 +177,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
     try:
         if args.command == "account":
-            rows = account_rows(sampling_rate=args.sampling_rate,
-                                noise_multiplier=args.noise_multiplier, steps=args.steps,
-                                delta=args.delta, accountants=args.accountants)
-            print(json.dumps(rows, allow_nan=False) if args.json else _format_table(rows, args.delta))
+            rows = account_rows(
+                sampling_rate=args.sampling_rate,
+                noise_multiplier=args.noise_multiplier,
+                steps=args.steps,
+                delta=args.delta,
+                accountants=args.accountants,
+            )
+            print(
+                json.dumps(rows, allow_nan=False) if args.json else _format_table(rows, args.delta)
+            )
         else:
             steps = check_count("steps", args.steps)
             target = check_epsilon("target_epsilon", args.target_epsilon)
             start = time.perf_counter()
-            sigma = calibrate_noise(target_epsilon=target, target_delta=args.delta,
-                                    sampling_probability=args.sampling_rate, steps=steps,
-                                    accountant=args.accountant)
-            result = {"accountant": args.accountant, "noise_multiplier": sigma,
-                      "target_epsilon": target, "delta": args.delta,
-                      "seconds": time.perf_counter() - start}
+            sigma = calibrate_noise(
+                target_epsilon=target,
+                target_delta=args.delta,
+                sampling_probability=args.sampling_rate,
+                steps=steps,
+                accountant=args.accountant,
+            )
+            result = {
+                "accountant": args.accountant,
+                "noise_multiplier": sigma,
+                "target_epsilon": target,
+                "delta": args.delta,
+                "seconds": time.perf_counter() - start,
+            }
             if args.json:
                 print(json.dumps(result, allow_nan=False))
             else:
-                print(f"noise multiplier {sigma:.6g} meets epsilon <= {target:g} at delta = "
-                      f"{args.delta:g} under the {args.accountant} accountant "
-                      f"({result['seconds']:.2f} s)")
+                print(
+                    f"noise multiplier {sigma:.6g} meets epsilon <= {target:g} at delta = "
+                    f"{args.delta:g} under the {args.accountant} accountant "
+                    f"({result['seconds']:.2f} s)"
+                )
     except DPCoreError as error:
         print(f"dpcore: error: {error}", file=sys.stderr)
         return 2

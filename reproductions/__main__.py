@@ -23,10 +23,19 @@ REPRODUCTIONS: dict[str, tuple[Callable[[str], None], Callable[[], None]]] = {
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m reproductions", description=__doc__)
-    parser.add_argument("--profile", choices=("quick", "full"), default="quick",
-                        help="quick (default, minutes on 2 CPU cores) or full (the papers' sizes)")
-    parser.add_argument("--only", nargs="+", choices=sorted(REPRODUCTIONS), default=None,
-                        help="run only these reproductions")
+    parser.add_argument(
+        "--profile",
+        choices=("quick", "full"),
+        default="quick",
+        help="quick (default, minutes on 2 CPU cores) or full (the papers' sizes)",
+    )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=sorted(REPRODUCTIONS),
+        default=None,
+        help="run only these reproductions",
+    )
     args = parser.parse_args(argv)
     for name in args.only or list(REPRODUCTIONS):
         compute, plot = REPRODUCTIONS[name]

@@ -15,7 +15,9 @@ ROOT = Path(__file__).resolve().parents[1]
 FIGURES = ROOT / "figures"
 
 
-def save_results(stem: str, *, config: Any, rows: Sequence[dict[str, Any]], extra: dict[str, Any] | None = None) -> Path:
+def save_results(
+    stem: str, *, config: Any, rows: Sequence[dict[str, Any]], extra: dict[str, Any] | None = None
+) -> Path:
     """Write ``figures/<stem>.json`` (config, provenance, rows) and ``figures/<stem>.csv``."""
     FIGURES.mkdir(parents=True, exist_ok=True)
     payload = {

@@ -19,7 +19,13 @@ import math
 from typing import Any
 
 from dpcore.accountants.base import PrivacyAccountant, handles
-from dpcore.events import DpEvent, EpsilonDeltaEvent, GaussianEvent, LaplaceEvent, PoissonSampledEvent
+from dpcore.events import (
+    DpEvent,
+    EpsilonDeltaEvent,
+    GaussianEvent,
+    LaplaceEvent,
+    PoissonSampledEvent,
+)
 from dpcore.pld.loss_pmf import LossPmf, compose_many
 from dpcore.pld.pairs import epsilon_delta_pair, laplace_pair, subsampled_gaussian_pairs
 from dpcore.validation import check_delta, check_epsilon, check_positive
@@ -147,7 +153,9 @@ class PldAccountant(PrivacyAccountant):
     def _step_pmfs(event: DpEvent, spacing: float) -> list[_Direction]:
         """[(pessimistic, optimistic)] for the remove and add directions of one step."""
         if isinstance(event, EpsilonDeltaEvent):
-            pair = epsilon_delta_pair(epsilon=event.epsilon, delta=event.delta, grid_spacing=spacing)
+            pair = epsilon_delta_pair(
+                epsilon=event.epsilon, delta=event.delta, grid_spacing=spacing
+            )
             return [pair, pair]
         if isinstance(event, LaplaceEvent):
             laplace = laplace_pair(noise_multiplier=event.noise_multiplier)
@@ -173,7 +181,9 @@ class PldAccountant(PrivacyAccountant):
                 widths.append(2 / event.noise_multiplier)
             else:
                 q, sigma = _gaussian_parameters(event)
-                remove, _ = subsampled_gaussian_pairs(sampling_probability=q, noise_multiplier=sigma)
+                remove, _ = subsampled_gaussian_pairs(
+                    sampling_probability=q, noise_multiplier=sigma
+                )
                 widths.append(remove.high - remove.low)
         return max(widths)
 
@@ -201,9 +211,11 @@ class PldAccountant(PrivacyAccountant):
             return None
         if spacing / 10 < self._loss_range() / _MAX_STEP_POINTS:
             return None
-        factor = min(0.5, max(0.1, math.sqrt(self._tolerance / width) / 1.5)) if math.isfinite(
-            width
-        ) else 0.25
+        factor = (
+            min(0.5, max(0.1, math.sqrt(self._tolerance / width) / 1.5))
+            if math.isfinite(width)
+            else 0.25
+        )
         if self._grid_points(spacing) / factor > _MAX_GRID_POINTS:
             return None
         return spacing * factor

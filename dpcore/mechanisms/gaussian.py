@@ -16,7 +16,7 @@ from scipy import optimize, special
 
 from dpcore.validation import check_delta, check_non_negative, check_positive
 
-__all__ = ["gdp_delta", "gdp_epsilon", "gaussian_delta", "gaussian_epsilon"]
+__all__ = ["gaussian_delta", "gaussian_epsilon", "gdp_delta", "gdp_epsilon"]
 
 
 def _log_ndtr(x: float) -> float:

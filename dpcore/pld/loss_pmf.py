@@ -203,8 +203,12 @@ def garble_atoms(
     inside = (index >= min_index) & (index <= max_index)
     index = index[inside] - min_index
     size = max_index - min_index + 1
-    big_p = np.bincount(index, weights=np.concatenate([p, p])[inside] * weights[inside], minlength=size)
-    big_q = np.bincount(index, weights=np.concatenate([q, q])[inside] * weights[inside], minlength=size)
+    big_p = np.bincount(
+        index, weights=np.concatenate([p, p])[inside] * weights[inside], minlength=size
+    )
+    big_q = np.bincount(
+        index, weights=np.concatenate([q, q])[inside] * weights[inside], minlength=size
+    )
     grid = (min_index + np.arange(size)) * h
     # Everything below is scaled by e^{-l_j} (atom j's grid loss) so that nothing overflows.
     scale_down = np.exp(-grid)
@@ -221,9 +225,7 @@ def garble_atoms(
     final_p = big_p * kept + share * donor_p
     final_q = big_q * kept + share * donor_q
     with np.errstate(divide="ignore"):
-        pmf = np.where(
-            final_p * scale_down <= final_q, final_p, np.exp(np.log(final_q) + grid)
-        )
+        pmf = np.where(final_p * scale_down <= final_q, final_p, np.exp(np.log(final_q) + grid))
     fallback = (deficit > 0) & ~borrow
     if fallback.any():
         # Keep the P-mass one grid step lower: its Q-mass rises to P e^{-l_{j-1}} >= Q.
@@ -254,7 +256,7 @@ def _chernoff_orders(parts: Sequence[tuple[LossPmf, int]]) -> np.ndarray:
         mean = float(weights @ losses)
         variance += n * float(weights @ (losses - mean) ** 2)
     centre = math.sqrt(2 * math.log(1 / TAIL_MASS) / max(variance, 1e-300))
-    return np.clip(centre * _CHERNOFF_SPREAD, 1e-6, 1e3)
+    return np.asarray(np.clip(centre * _CHERNOFF_SPREAD, 1e-6, 1e3), dtype=float)
 
 
 def compose_many(parts: Sequence[tuple[LossPmf, int]]) -> LossPmf:

@@ -86,9 +86,9 @@ def _mixture_cdfs(x: np.ndarray, q: float, sigma: float) -> tuple[np.ndarray, np
     return cdf, sf
 
 
-def subsampled_gaussian_pairs(*, sampling_probability: float, noise_multiplier: float) -> tuple[
-    GridPair, GridPair
-]:
+def subsampled_gaussian_pairs(
+    *, sampling_probability: float, noise_multiplier: float
+) -> tuple[GridPair, GridPair]:
     """The remove and add dominating pairs of the Poisson-subsampled Gaussian mechanism.
 
     Remove: P = (1 - q) N(0, s^2) + q N(1, s^2), Q = N(0, s^2); add: the same with P and Q
@@ -110,8 +110,10 @@ def subsampled_gaussian_pairs(*, sampling_probability: float, noise_multiplier: 
         return special.ndtr(-x / sigma), special.ndtr(x / sigma), q_le, q_gt
 
     def loss_at(x: float) -> float:
-        return math.log1p(-q + q * math.exp((2 * x - 1) / (2 * sigma**2))) if q < 1 else (
-            (2 * x - 1) / (2 * sigma**2)
+        return (
+            math.log1p(-q + q * math.exp((2 * x - 1) / (2 * sigma**2)))
+            if q < 1
+            else ((2 * x - 1) / (2 * sigma**2))
         )
 
     high = loss_at(1 + _TAIL_Z * sigma)

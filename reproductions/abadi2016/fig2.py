@@ -36,8 +36,11 @@ def compute(config: Fig2Config = Fig2Config()) -> None:
     steps_per_epoch = round(1 / config.sampling_probability)
     rows = []
     for epochs in tqdm(config.epochs, desc="Abadi Fig. 2", unit="epoch count"):
-        event = dpsgd_event(sampling_probability=config.sampling_probability,
-                            noise_multiplier=config.noise_multiplier, steps=epochs * steps_per_epoch)
+        event = dpsgd_event(
+            sampling_probability=config.sampling_probability,
+            noise_multiplier=config.noise_multiplier,
+            steps=epochs * steps_per_epoch,
+        )
         row: dict[str, float | int | None] = {"epochs": epochs, "steps": epochs * steps_per_epoch}
         for name in config.accountants:
             accountant = accountant_class(name)().compose(event)

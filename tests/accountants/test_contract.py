@@ -17,12 +17,12 @@ from collections.abc import Iterator
 from typing import ClassVar
 
 import pytest
+from dpcore.accountants.rdp import OrderGridEdgeWarning, RdpAccountant
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dpcore.accountants import ACCOUNTANT_NAMES, PrivacyAccountant, accountant_class
 from dpcore.accountants.pld import PldAccountant
-from dpcore.accountants.rdp import OrderGridEdgeWarning, RdpAccountant
 from dpcore.errors import InvalidParameterError, StateError, UnsupportedEventError
 from dpcore.events import DpEvent, GaussianEvent, dpsgd_event
 
@@ -51,8 +51,12 @@ def _quiet() -> Iterator[None]:
         yield
 
 
-def _epsilon(cls: type[PrivacyAccountant], q: float, sigma: float, steps: int, delta: float) -> float:
-    accountant = cls().compose(dpsgd_event(sampling_probability=q, noise_multiplier=sigma, steps=steps))
+def _epsilon(
+    cls: type[PrivacyAccountant], q: float, sigma: float, steps: int, delta: float
+) -> float:
+    accountant = cls().compose(
+        dpsgd_event(sampling_probability=q, noise_multiplier=sigma, steps=steps)
+    )
     with _quiet():
         return float(accountant.get_epsilon(delta))
 
@@ -90,7 +94,13 @@ class TestContract:
 
     @pytest.mark.parametrize(
         ("bad", "match"),
-        [(0.0, "target_delta"), (1.0, "target_delta"), (math.nan, "target_delta"), (-1e-5, "target_delta"), ("0.1", "target_delta")],
+        [
+            (0.0, "target_delta"),
+            (1.0, "target_delta"),
+            (math.nan, "target_delta"),
+            (-1e-5, "target_delta"),
+            ("0.1", "target_delta"),
+        ],
     )
     def test_bad_delta(self, cls: type[PrivacyAccountant], bad: object, match: str) -> None:
         with pytest.raises(InvalidParameterError, match=match):
@@ -107,7 +117,9 @@ class TestContract:
             cls().compose(GaussianEvent(1.0), bad)  # type: ignore[arg-type]
 
     def test_file_round_trip(self, cls: type[PrivacyAccountant], tmp_path) -> None:  # type: ignore[no-untyped-def]
-        accountant = cls().compose(dpsgd_event(sampling_probability=0.02, noise_multiplier=1.3, steps=200))
+        accountant = cls().compose(
+            dpsgd_event(sampling_probability=0.02, noise_multiplier=1.3, steps=200)
+        )
         path = tmp_path / "state.json"
         accountant.save(path)
         restored = cls.load(path)
@@ -122,9 +134,25 @@ class TestContract:
             lambda s: json.dumps([1, 2]),
             lambda s: json.dumps({**json.loads(s), "accountant": "nope"}),
             lambda s: json.dumps({**json.loads(s), "format": 99}),
-            lambda s: json.dumps({**json.loads(s), "history": [{"event": {"type": "gaussian", "noise_multiplier": -1}, "count": 1}]}),
-            lambda s: json.dumps({**json.loads(s), "history": [{"event": {"type": "warp"}, "count": 1}]}),
-            lambda s: json.dumps({**json.loads(s), "history": [{"event": {"type": "gaussian", "noise_multiplier": 1.0}, "count": -3}]}),
+            lambda s: json.dumps(
+                {
+                    **json.loads(s),
+                    "history": [
+                        {"event": {"type": "gaussian", "noise_multiplier": -1}, "count": 1}
+                    ],
+                }
+            ),
+            lambda s: json.dumps(
+                {**json.loads(s), "history": [{"event": {"type": "warp"}, "count": 1}]}
+            ),
+            lambda s: json.dumps(
+                {
+                    **json.loads(s),
+                    "history": [
+                        {"event": {"type": "gaussian", "noise_multiplier": 1.0}, "count": -3}
+                    ],
+                }
+            ),
             lambda s: json.dumps({**json.loads(s), "history": "everything"}),
         ],
     )
@@ -135,7 +163,9 @@ class TestContract:
 
     @PROPERTY
     @given(q=rates, sigma=sigmas, steps=step_counts, delta=deltas)
-    def test_monotone_in_noise_and_delta(self, cls: type[PrivacyAccountant], q: float, sigma: float, steps: int, delta: float) -> None:
+    def test_monotone_in_noise_and_delta(
+        self, cls: type[PrivacyAccountant], q: float, sigma: float, steps: int, delta: float
+    ) -> None:
         base = _epsilon(cls, q, sigma, steps, delta)
         assert base >= 0
         assert _epsilon(cls, q, sigma * 1.25, steps, delta) <= base * (1 + 1e-9)
@@ -143,7 +173,9 @@ class TestContract:
 
     @PROPERTY
     @given(q=rates, sigma=sigmas, steps=step_counts, delta=deltas)
-    def test_monotone_in_rate_and_steps(self, cls: type[PrivacyAccountant], q: float, sigma: float, steps: int, delta: float) -> None:
+    def test_monotone_in_rate_and_steps(
+        self, cls: type[PrivacyAccountant], q: float, sigma: float, steps: int, delta: float
+    ) -> None:
         base = _epsilon(cls, q, sigma, steps, delta)
         # PLD answers carry a certified interval; its upper end is monotone up to that width.
         slack = 1e-2 if cls is PldAccountant else 1e-9
@@ -152,8 +184,12 @@ class TestContract:
 
     @PROPERTY
     @given(q=rates, sigma=sigmas, steps=step_counts, delta=deltas)
-    def test_delta_of_epsilon_round_trip(self, cls: type[PrivacyAccountant], q: float, sigma: float, steps: int, delta: float) -> None:
-        accountant = cls().compose(dpsgd_event(sampling_probability=q, noise_multiplier=sigma, steps=steps))
+    def test_delta_of_epsilon_round_trip(
+        self, cls: type[PrivacyAccountant], q: float, sigma: float, steps: int, delta: float
+    ) -> None:
+        accountant = cls().compose(
+            dpsgd_event(sampling_probability=q, noise_multiplier=sigma, steps=steps)
+        )
         with _quiet():
             epsilon = accountant.get_epsilon(delta)
             if epsilon == 0 or math.isinf(epsilon):
@@ -165,7 +201,9 @@ class TestContract:
 
     @PROPERTY
     @given(count=st.integers(min_value=1, max_value=6), sigma=sigmas)
-    def test_compose_count_equals_repeated_compose(self, cls: type[PrivacyAccountant], count: int, sigma: float) -> None:
+    def test_compose_count_equals_repeated_compose(
+        self, cls: type[PrivacyAccountant], count: int, sigma: float
+    ) -> None:
         event = dpsgd_event(sampling_probability=0.05, noise_multiplier=sigma, steps=20)
         once = cls().compose(event, count)
         repeated = cls()
@@ -176,8 +214,12 @@ class TestContract:
 
     @PROPERTY
     @given(q=rates, sigma=sigmas, steps=step_counts)
-    def test_state_round_trips(self, cls: type[PrivacyAccountant], q: float, sigma: float, steps: int) -> None:
-        accountant = cls().compose(dpsgd_event(sampling_probability=q, noise_multiplier=sigma, steps=steps))
+    def test_state_round_trips(
+        self, cls: type[PrivacyAccountant], q: float, sigma: float, steps: int
+    ) -> None:
+        accountant = cls().compose(
+            dpsgd_event(sampling_probability=q, noise_multiplier=sigma, steps=steps)
+        )
         restored = type(accountant).from_json(accountant.to_json())
         assert restored.to_json() == accountant.to_json()
         restored_generic = PrivacyAccountant.from_state(json.loads(accountant.to_json()))

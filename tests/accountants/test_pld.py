@@ -9,6 +9,7 @@ import pytest
 from dp_accounting.pld import pld_privacy_accountant
 
 from dpcore.accountants.pld import PldAccountant
+from dpcore.errors import InvalidParameterError, UnsupportedEventError
 from dpcore.events import (
     ComposedEvent,
     EpsilonDeltaEvent,
@@ -18,7 +19,6 @@ from dpcore.events import (
     SampledWithoutReplacementEvent,
     dpsgd_event,
 )
-from dpcore.errors import InvalidParameterError, UnsupportedEventError
 from dpcore.mechanisms.gaussian import gdp_delta, gdp_epsilon
 
 
@@ -45,7 +45,8 @@ def _check_against_peer(q: float, sigma: float, steps: int) -> None:
 
 
 @pytest.mark.parametrize(
-    ("q", "sigma", "steps"), [(0.01, 1.0, 1000), (0.001, 0.6, 10), (0.1, 2.0, 10), (0.01, 4.0, 10_000)]
+    ("q", "sigma", "steps"),
+    [(0.01, 1.0, 1000), (0.001, 0.6, 10), (0.1, 2.0, 10), (0.01, 4.0, 10_000)],
 )
 def test_interval_agrees_with_dp_accounting(q: float, sigma: float, steps: int) -> None:
     _check_against_peer(q, sigma, steps)
@@ -103,17 +104,33 @@ def test_pure_dp_event_is_exact() -> None:
 
 def test_boundaries() -> None:
     assert PldAccountant().get_epsilon(1e-5) == 0.0
-    assert PldAccountant().compose(dpsgd_event(sampling_probability=0.0, noise_multiplier=1.0, steps=10)).get_epsilon(1e-5) == 0.0
-    assert PldAccountant().compose(dpsgd_event(sampling_probability=0.1, noise_multiplier=1.0, steps=0)).get_epsilon(1e-5) == 0.0
-    noiseless = PldAccountant().compose(dpsgd_event(sampling_probability=0.1, noise_multiplier=0.0, steps=3))
+    assert (
+        PldAccountant()
+        .compose(dpsgd_event(sampling_probability=0.0, noise_multiplier=1.0, steps=10))
+        .get_epsilon(1e-5)
+        == 0.0
+    )
+    assert (
+        PldAccountant()
+        .compose(dpsgd_event(sampling_probability=0.1, noise_multiplier=1.0, steps=0))
+        .get_epsilon(1e-5)
+        == 0.0
+    )
+    noiseless = PldAccountant().compose(
+        dpsgd_event(sampling_probability=0.1, noise_multiplier=0.0, steps=3)
+    )
     assert math.isinf(noiseless.get_epsilon(1e-5))
     assert noiseless.get_delta(10.0) == 1.0
 
 
 def test_fixed_grid_is_respected_and_tighter_grids_narrow_the_interval() -> None:
     event = dpsgd_event(sampling_probability=0.05, noise_multiplier=1.0, steps=200)
-    coarse = PldAccountant(value_discretization_interval=1e-2).compose(event).get_epsilon_interval(1e-5)
-    fine = PldAccountant(value_discretization_interval=1e-3).compose(event).get_epsilon_interval(1e-5)
+    coarse = (
+        PldAccountant(value_discretization_interval=1e-2).compose(event).get_epsilon_interval(1e-5)
+    )
+    fine = (
+        PldAccountant(value_discretization_interval=1e-3).compose(event).get_epsilon_interval(1e-5)
+    )
     assert coarse.grid_spacing == 1e-2 and fine.grid_spacing == 1e-3
     assert coarse.lower <= fine.lower <= fine.upper <= coarse.upper
     assert fine.relative_width < coarse.relative_width
@@ -142,7 +159,9 @@ def test_bad_configuration(kwargs: dict[str, float], parameter: str) -> None:
 
 
 def test_state_round_trip_is_exact() -> None:
-    accountant = PldAccountant().compose(dpsgd_event(sampling_probability=0.02, noise_multiplier=1.1, steps=300))
+    accountant = PldAccountant().compose(
+        dpsgd_event(sampling_probability=0.02, noise_multiplier=1.1, steps=300)
+    )
     accountant.compose(GaussianEvent(5.0), 2)
     restored = PldAccountant.from_json(accountant.to_json())
     assert restored.to_json() == accountant.to_json()

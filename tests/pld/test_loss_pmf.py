@@ -41,7 +41,9 @@ def _bounds(p: np.ndarray, q: np.ndarray) -> tuple[LossPmf, LossPmf]:
 
 @settings(max_examples=60, deadline=None)
 @given(discrete_pairs(), st.floats(min_value=0.0, max_value=3.0))
-def test_split_dominates_and_garble_is_dominated(pair: tuple[np.ndarray, np.ndarray], epsilon: float) -> None:
+def test_split_dominates_and_garble_is_dominated(
+    pair: tuple[np.ndarray, np.ndarray], epsilon: float
+) -> None:
     p, q = pair
     upper, lower = _bounds(p, q)
     exact = _exact_delta(p, q, epsilon)
@@ -92,10 +94,18 @@ def test_self_composed_gaussian_matches_gdp(count: int) -> None:
     lower = remove.optimistic(spacing).self_compose(count)
     for epsilon in (0.0, 1.0, 3.0):
         exact = gdp_delta(mu=1.5, epsilon=epsilon)
-        assert lower.delta(epsilon) - lower.error_mass <= exact <= upper.delta(epsilon) + upper.error_mass
+        assert (
+            lower.delta(epsilon) - lower.error_mass
+            <= exact
+            <= upper.delta(epsilon) + upper.error_mass
+        )
         assert upper.delta(epsilon) - lower.delta(epsilon) <= 5e-3 * exact
     exact_epsilon = gdp_epsilon(mu=1.5, delta=1e-5)
-    assert lower.epsilon(1e-5 + lower.error_mass) <= exact_epsilon <= upper.epsilon(1e-5 - upper.error_mass)
+    assert (
+        lower.epsilon(1e-5 + lower.error_mass)
+        <= exact_epsilon
+        <= upper.epsilon(1e-5 - upper.error_mass)
+    )
     assert upper.error_mass < 1e-9
 
 
@@ -111,7 +121,9 @@ def test_epsilon_inverts_delta_between_grid_points() -> None:
 def test_tradeoff_vertices_of_a_known_pair() -> None:
     # P = (0.75, 0.25), Q = (0.25, 0.75) on a grid containing +-log 3.
     spacing = math.log(3)
-    pmf = split_atoms(p_masses=np.array([0.75, 0.25]), q_masses=np.array([0.25, 0.75]), grid_spacing=spacing)
+    pmf = split_atoms(
+        p_masses=np.array([0.75, 0.25]), q_masses=np.array([0.25, 0.75]), grid_spacing=spacing
+    )
     alpha, beta = pmf.tradeoff_vertices()
     # Reject P first on the outcome with loss -log 3: alpha = 0.25, beta = 0.25.
     assert np.interp(0.25, alpha, beta) == pytest.approx(0.25)

@@ -51,7 +51,9 @@ def test_gaussian_bracket_contains_analytic_delta(sigma: float, epsilon: float) 
 
 @pytest.mark.parametrize(("q", "sigma"), [(0.01, 1.0), (0.1, 0.6), (0.5, 2.0)])
 @pytest.mark.parametrize("epsilon", [0.01, 0.3, 1.5])
-def test_subsampled_gaussian_bracket_contains_quadrature(q: float, sigma: float, epsilon: float) -> None:
+def test_subsampled_gaussian_bracket_contains_quadrature(
+    q: float, sigma: float, epsilon: float
+) -> None:
     mixture = lambda x: (1 - q) * mpmath.npdf(x, 0, sigma) + q * mpmath.npdf(x, 1, sigma)  # noqa: E731
     base = _normal(0.0, sigma)
     # Remove direction: P = mixture, Q = N(0, s^2); add direction swaps them.
@@ -92,7 +94,9 @@ def test_epsilon_delta_pair_reproduces_f_epsilon_delta(epsilon: float, delta: fl
     upper, lower = epsilon_delta_pair(epsilon=epsilon, delta=delta, grid_spacing=SPACING)
     for probe in (0.0, epsilon / 2):
         # delta(e') of f_{eps, delta}: delta + (1 - delta)(e^eps - e^e') / (1 + e^eps), e' <= eps.
-        exact = delta + (1 - delta) * (math.exp(epsilon) - math.exp(probe)) / (1 + math.exp(epsilon))
+        exact = delta + (1 - delta) * (math.exp(epsilon) - math.exp(probe)) / (
+            1 + math.exp(epsilon)
+        )
         assert lower.delta(probe) <= exact + 1e-15 <= upper.delta(probe) + 2e-15
         assert upper.delta(probe) - lower.delta(probe) <= 2 * SPACING
     assert upper.delta(epsilon + SPACING) == pytest.approx(delta, abs=1e-15)
