@@ -19,6 +19,7 @@ import math
 from typing import Any
 
 from dpcore.accountants.base import PrivacyAccountant, handles
+from dpcore.errors import InvalidParameterError
 from dpcore.events import (
     DpEvent,
     EpsilonDeltaEvent,
@@ -201,6 +202,19 @@ class PldAccountant(PrivacyAccountant):
                 directions.append((upper, lower))
             self._cache = {spacing: directions}
         return self._cache[spacing]
+
+    def composed_pmfs(self, grid_spacing: float) -> list[tuple[LossPmf, LossPmf]]:
+        """(pessimistic, optimistic) composed PLDs of the remove and add pairs on one grid.
+
+        For users who need more than epsilon or delta, e.g. the composed tradeoff curve
+        (:meth:`LossPmf.tradeoff_vertices`). Raises if nothing private has been composed.
+        """
+        spacing = check_positive("grid_spacing", grid_spacing)
+        if self._non_private or not self._counts:
+            raise InvalidParameterError(
+                "accountant", "to hold at least one noisy event", "nothing or a noiseless step"
+            )
+        return list(self._composed(spacing))
 
     def _grid_points(self, spacing: float) -> int:
         return max((d[0].pmf.size for d in self._cache.get(spacing, [])), default=1)
