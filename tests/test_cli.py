@@ -1,0 +1,120 @@
+"""The command line: the table, the stable JSON shape, calibration, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from dpcore.accountants import ACCOUNTANT_NAMES
+from dpcore.cli import main
+
+ACCOUNT = ["account", "--sampling-rate", "0.01", "--noise-multiplier", "4", "--steps", "10000", "--delta", "1e-5"]
+
+
+def test_json_has_one_stable_object_per_accountant(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*ACCOUNT, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [row["accountant"] for row in rows] == list(ACCOUNTANT_NAMES)
+    for row in rows:
+        assert {"accountant", "epsilon", "kind", "seconds"} <= set(row)
+        assert row["kind"] in {"upper_bound", "approximate"}
+        assert row["epsilon"] > 0 and row["seconds"] >= 0
+    by_name = {row["accountant"]: row for row in rows}
+    assert by_name["gdp_clt"]["kind"] == "approximate"
+    assert by_name["pld"]["epsilon_lower"] <= by_name["pld"]["epsilon"] <= by_name["rdp"]["epsilon"]
+    assert "epsilon_lower" not in by_name["rdp"]
+    # Strong composition is far looser than the moments accountant here (Abadi et al. 2016, Fig. 2).
+    assert by_name["advanced"]["epsilon"] > 2 * by_name["moments"]["epsilon"]
+
+
+def test_table_names_every_direction(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(ACCOUNT) == 0
+    out = capsys.readouterr().out
+    for name in ACCOUNTANT_NAMES:
+        assert name in out
+    assert "approximate, not a guarantee" in out
+    assert "interval (certified bounds)" in out
+    assert "upper bound" in out
+
+
+def test_subset_and_infinite_epsilon_is_null(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["account", "--sampling-rate", "0.1", "--noise-multiplier", "0", "--steps", "10", "--delta", "1e-5"]
+    assert main([*args, "--json", "--accountants", "rdp,pld"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [row["accountant"] for row in rows] == ["rdp", "pld"]
+    assert all(row["epsilon"] is None for row in rows)
+
+
+def test_calibrate_meets_the_target(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["calibrate", "--target-epsilon", "2", "--sampling-rate", "0.01", "--steps", "1000",
+            "--delta", "1e-5", "--accountant", "rdp", "--json"]
+    assert main(args) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["accountant"] == "rdp" and result["noise_multiplier"] > 0
+
+
+def _run(args: list[str]) -> int:
+    """main()'s status, whether it returns it or argparse exits with it."""
+    try:
+        return main(args)
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "fragment"),
+    [
+        ("--sampling-rate", "1.5", "sampling_probability in [0, 1]"),
+        ("--sampling-rate", "abc", "sampling_rate to be a real number"),
+        ("--noise-multiplier", "-1", "noise_multiplier >= 0"),
+        ("--noise-multiplier", "nan", "noise_multiplier"),
+        ("--steps", "2.5", "steps to be an integer"),
+        ("--steps", "-3", "count >= 0"),
+        ("--delta", "0", "delta in (0, 1)"),
+        ("--delta", "1.5", "delta in (0, 1)"),
+        ("--delta", "inf", "delta in (0, 1)"),
+        ("--accountants", "magic", "accountants in"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(
+    flag: str, value: str, fragment: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = list(ACCOUNT)
+    if flag in args:
+        args[args.index(flag) + 1] = value
+    else:
+        args += [flag, value]
+    assert _run(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("dpcore: error:")
+    assert fragment in err
+    assert "Traceback" not in err
+
+
+def test_module_entry_point_exits_nonzero_without_traceback() -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "dpcore", "account", "--sampling-rate", "2", "--noise-multiplier", "1",
+         "--steps", "10", "--delta", "1e-5"],
+        capture_output=True, text=True, check=False,
+    )
+    assert completed.returncode == 2
+    assert completed.stderr.strip().count("\n") == 0
+    assert "Traceback" not in completed.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["calibrate", "--target-epsilon", "0", "--sampling-rate", "0.01", "--steps", "10", "--delta", "1e-5"], "target_epsilon"),
+        (["calibrate", "--target-epsilon", "-1", "--sampling-rate", "0.01", "--steps", "10", "--delta", "1e-5"], "target_epsilon"),
+        (["account", "--sampling-rate", "0.01"], "required"),
+        (["teleport"], "invalid choice"),
+    ],
+)
+def test_more_bad_inputs(args: list[str], fragment: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run(args) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and err.count("\n") == 1
