@@ -23,6 +23,15 @@ def _log_ndtr(x: float) -> float:
     return float(special.log_ndtr(x))
 
 
+def _log_gdp_delta(mu: float, epsilon: float) -> float:
+    """log delta(epsilon) of mu-GDP for finite mu > 0 and epsilon >= 0 (-inf when delta = 0)."""
+    log_a = _log_ndtr(-epsilon / mu + mu / 2)
+    log_b = epsilon + _log_ndtr(-epsilon / mu - mu / 2)
+    if log_b >= log_a:
+        return -math.inf
+    return log_a + math.log(-math.expm1(log_b - log_a))
+
+
 def gdp_delta(*, mu: float, epsilon: float) -> float:
     """delta(epsilon) of mu-GDP (Dong, Roth, Su 2019, Cor. 2.13).
 
@@ -39,11 +48,7 @@ def gdp_delta(*, mu: float, epsilon: float) -> float:
         return 1.0
     if math.isinf(epsilon):
         return 0.0
-    log_a = _log_ndtr(-epsilon / mu + mu / 2)
-    log_b = epsilon + _log_ndtr(-epsilon / mu - mu / 2)
-    if log_b >= log_a:
-        return 0.0
-    return float(math.exp(log_a) * -math.expm1(log_b - log_a))
+    return math.exp(_log_gdp_delta(mu, epsilon))
 
 
 def gdp_epsilon(*, mu: float, delta: float) -> float:
@@ -58,14 +63,15 @@ def gdp_epsilon(*, mu: float, delta: float) -> float:
         return 0.0
     if math.isinf(mu):
         return math.inf
-    if gdp_delta(mu=mu, epsilon=0.0) <= delta:
+    log_delta = math.log(delta)
+    if _log_gdp_delta(mu, 0.0) <= log_delta:
         return 0.0
     # delta(eps) <= Phi(-eps/mu + mu/2) gives an upper end for the bracket.
     upper = mu * (mu / 2 - float(special.ndtri(delta))) + 1.0
-    while gdp_delta(mu=mu, epsilon=upper) > delta:  # pragma: no cover - defensive
+    while _log_gdp_delta(mu, upper) > log_delta:  # pragma: no cover - defensive
         upper *= 2
     root = optimize.brentq(
-        lambda eps: math.log(gdp_delta(mu=mu, epsilon=eps) + 1e-300) - math.log(delta),
+        lambda eps: max(_log_gdp_delta(mu, eps), -1e300) - log_delta,
         0.0,
         upper,
         xtol=1e-13,
@@ -73,7 +79,7 @@ def gdp_epsilon(*, mu: float, delta: float) -> float:
     )
     # brentq's answer may sit a hair below the root; step up so delta(eps) <= delta holds.
     eps = float(root)
-    while gdp_delta(mu=mu, epsilon=eps) > delta:
+    while math.exp(_log_gdp_delta(mu, eps)) > delta:
         eps = float(np.nextafter(eps, math.inf)) + 1e-12 * max(1.0, eps)
     return eps
 
