@@ -148,7 +148,21 @@ def account_rows(
         if caught:
             row["notes"] = [str(item.message) for item in caught]
         rows.append(row)
+    _flag_clt_understatement(rows)
     return rows
+
+
+def _flag_clt_understatement(rows: list[dict[str, Any]]) -> None:
+    """Note on the CLT row when it lies below the certified PLD lower bound."""
+    by_name = {row["accountant"]: row for row in rows}
+    clt, pld = by_name.get("gdp_clt"), by_name.get("pld")
+    if not clt or not pld or clt["epsilon"] is None or pld.get("epsilon_lower") is None:
+        return
+    if clt["epsilon"] < pld["epsilon_lower"]:
+        clt.setdefault("notes", []).append(
+            "the CLT approximation is below the certified PLD lower bound "
+            f"({clt['epsilon']:.4g} < {pld['epsilon_lower']:.4g}): it understates the privacy loss here"
+        )
 
 
 def _format_table(rows: list[dict[str, Any]], delta: float) -> str:

@@ -11,33 +11,44 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any
 
 import numpy as np
-from scipy import integrate, optimize
+from scipy import integrate
 
 __all__ = ["log_moments"]
 
 
-def _log_ratio(z: float, q: float, sigma: float) -> float:
-    """log(mu(z) / mu0(z)) = log(1 - q + q exp((2z - 1) / (2 sigma^2)))."""
+def _log_ratio(z: Any, q: float, sigma: float) -> Any:
+    """log(mu(z) / mu0(z)) = log(1 - q + q exp((2z - 1) / (2 sigma^2))), for floats or arrays."""
     if q == 1.0:
         return (2 * z - 1) / (2 * sigma**2)
-    return float(np.logaddexp(math.log1p(-q), math.log(q) + (2 * z - 1) / (2 * sigma**2)))
+    return np.logaddexp(math.log1p(-q), math.log(q) + (2 * z - 1) / (2 * sigma**2))
 
 
-def _log_integral(log_integrand, scale: float) -> float:  # type: ignore[no-untyped-def]
-    """log of the integral over the real line of exp(log_integrand), integrating near the mode."""
-    mode = optimize.minimize_scalar(lambda z: -log_integrand(z)).x
-    top = log_integrand(mode)
-    width = 60 * scale
+def _log_integral(log_integrand, low: float, high: float) -> float:  # type: ignore[no-untyped-def]
+    """log of the integral of exp(log_integrand) over [low, high], which holds all its mass.
+
+    The integrands here can be bimodal (a bump near 0 from mu0 and one near lambda + 1 from the
+    likelihood ratio), so the maxima are located on a dense grid first; the integrand is then
+    scaled by its largest value (no overflow) and integrated with those maxima as breakpoints.
+    """
+    grid = np.linspace(low, high, 4001)
+    values = log_integrand(grid)
+    top = float(values.max())
+    peaks = [
+        float(grid[i])
+        for i in range(1, grid.size - 1)
+        if values[i] >= values[i - 1] and values[i] >= values[i + 1] and values[i] > top - 80
+    ]
     value, _ = integrate.quad(
-        lambda z: math.exp(log_integrand(z) - top),
-        mode - width,
-        mode + width,
-        points=[mode],
+        lambda z: math.exp(min(float(log_integrand(z)) - top, 700.0)),
+        low,
+        high,
+        points=peaks or None,
         epsabs=0.0,
         epsrel=1e-12,
-        limit=500,
+        limit=1000,
     )
     return top + math.log(value)
 
@@ -59,13 +70,15 @@ def log_moments(
     moments = []
     for lam in range(1, max_lambda + 1):
 
-        def log_e1(z: float, lam: int = lam) -> float:
+        def log_e1(z: Any, lam: int = lam) -> Any:
             # mu0^{lam+1} mu^{-lam} = mu0 * (mu / mu0)^{-lam}
             return log_norm - z * z / (2 * sigma**2) - lam * _log_ratio(z, q, sigma)
 
-        def log_e2(z: float, lam: int = lam) -> float:
+        def log_e2(z: Any, lam: int = lam) -> Any:
             # mu^{lam+1} mu0^{-lam} = mu0 * (mu / mu0)^{lam+1}
             return log_norm - z * z / (2 * sigma**2) + (lam + 1) * _log_ratio(z, q, sigma)
 
-        moments.append(max(_log_integral(log_e1, sigma), _log_integral(log_e2, sigma)))
+        # Both integrands are Gaussian-tailed beyond these ends (mass below e^{-700}).
+        low, high = -40 * sigma - 2, lam + 2 + 40 * sigma
+        moments.append(max(_log_integral(log_e1, low, high), _log_integral(log_e2, low, high)))
     return tuple(moments)
