@@ -17,7 +17,14 @@ import numpy as np
 from dpcore.errors import InvalidParameterError
 from dpcore.validation import check_delta, check_non_negative
 
-__all__ = ["TradeoffFunction", "check_alpha"]
+__all__ = ["TradeoffFunction", "check_alpha", "conjugate_delta"]
+
+
+def conjugate_delta(alpha: np.ndarray, beta: np.ndarray, epsilon: float) -> float:
+    """max over points of 1 - e^epsilon alpha - beta, clipped to [0, 1] (no overflow)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        scaled = np.where(alpha > 0, np.exp(epsilon) * alpha, 0.0)
+    return float(np.clip(np.max(1.0 - scaled - beta), 0.0, 1.0))
 
 
 def check_alpha(alpha: Any) -> np.ndarray:
@@ -50,11 +57,13 @@ class TradeoffFunction(abc.ABC):
         """(alpha, beta) points on the curve, alpha increasing from 0 to 1.
 
         Exact vertices for piecewise-linear functions; otherwise a dense grid, refined near
-        alpha = 0 where tradeoff curves are steepest.
+        alpha = 0 and alpha = 1, where tradeoff curves bend most.
         """
-        alpha = np.unique(
-            np.concatenate([[0.0], np.geomspace(1e-12, 1e-3, 2000), np.linspace(1e-3, 1.0, 4000)])
-        )
+        # Down to 1e-300 near 0 so that f(0) = 1 is resolved for steep curves (large mu).
+        near_zero = np.geomspace(1e-300, 1e-3, 3000)
+        near_one = 1 - np.geomspace(1e-15, 1e-3, 1500)
+        middle = np.linspace(1e-3, 1 - 1e-3, 4000)
+        alpha = np.unique(np.concatenate([[0.0], near_zero, middle, near_one, [1.0]]))
         return alpha, self(alpha)
 
     def delta(self, epsilon: float) -> float:
@@ -69,7 +78,7 @@ class TradeoffFunction(abc.ABC):
         if math.isinf(epsilon):
             return float(1.0 - self(0.0))
         alpha, beta = self.vertices()
-        return float(np.clip(np.max(1.0 - math.exp(epsilon) * alpha - beta), 0.0, 1.0))
+        return conjugate_delta(alpha, beta, epsilon)
 
     def epsilon(self, delta: float) -> float:
         """Smallest epsilon >= 0 with :meth:`delta` (epsilon) <= delta (inf if none)."""

@@ -10,7 +10,7 @@ from scipy import special
 
 from dpcore.errors import InvalidParameterError
 from dpcore.mechanisms.gaussian import gdp_delta, gdp_epsilon
-from dpcore.tradeoff.base import TradeoffFunction
+from dpcore.tradeoff.base import TradeoffFunction, conjugate_delta
 from dpcore.validation import check_delta_closed, check_non_negative
 
 __all__ = [
@@ -96,14 +96,16 @@ def lower_convex_envelope(alpha: Any, beta: Any) -> tuple[np.ndarray, np.ndarray
 
     The point (1, 0) is added, as every tradeoff function reaches it.
     """
-    a = np.concatenate([np.asarray(alpha, dtype=float), [1.0]])
+    # Roundoff in accumulated masses can push alpha a hair outside [0, 1].
+    a = np.clip(np.concatenate([np.asarray(alpha, dtype=float), [1.0]]), 0.0, 1.0)
     b = np.concatenate([np.asarray(beta, dtype=float), [0.0]])
-    order = np.lexsort((b, a))
-    a, b = a[order], b[order]
+    # One point per alpha (the lowest beta), sorted by alpha.
+    a, first = np.unique(a, return_inverse=True)
+    lowest = np.full(a.size, np.inf)
+    np.minimum.at(lowest, first, b)
+    b = lowest
     hull: list[int] = []
     for i in range(a.size):
-        if hull and a[hull[-1]] == a[i]:
-            continue  # same alpha: the smaller beta came first
         while len(hull) >= 2:
             j, k = hull[-2], hull[-1]
             cross = (a[k] - a[j]) * (b[i] - b[j]) - (b[k] - b[j]) * (a[i] - a[j])
@@ -177,4 +179,4 @@ class PiecewiseLinearTradeoff(TradeoffFunction):
         epsilon = check_non_negative("epsilon", epsilon, allow_infinity=True)
         if math.isinf(epsilon):
             return float(1 - self.beta[0])
-        return float(np.clip(np.max(1 - math.exp(epsilon) * self.alpha - self.beta), 0.0, 1.0))
+        return conjugate_delta(self.alpha, self.beta, epsilon)
