@@ -25,6 +25,7 @@ __all__ = [
     "compose",
     "convex_hull",
     "inverse",
+    "minimum_hull",
     "poisson_subsample",
     "polygon_below",
     "self_compose",
@@ -92,7 +93,7 @@ def inverse(f: TradeoffFunction) -> PiecewiseLinearTradeoff:
     return PiecewiseLinearTradeoff.from_points(x, y)
 
 
-def _min_hull(
+def minimum_hull(
     first: PiecewiseLinearTradeoff, second: PiecewiseLinearTradeoff
 ) -> PiecewiseLinearTradeoff:
     """convex_hull(min(first, second)) exactly: min is taken at all vertices and crossings."""
@@ -109,7 +110,7 @@ def _min_hull(
 def symmetrise(f: TradeoffFunction) -> PiecewiseLinearTradeoff:
     """min{f, f^{-1}}**: the symmetric tradeoff function implied by f under add/remove."""
     polygon = polygon_below(f)
-    return _min_hull(polygon, inverse(polygon))
+    return minimum_hull(polygon, inverse(polygon))
 
 
 def poisson_subsample(f: TradeoffFunction, sampling_probability: float) -> PiecewiseLinearTradeoff:
@@ -123,7 +124,7 @@ def poisson_subsample(f: TradeoffFunction, sampling_probability: float) -> Piece
     mixed = PiecewiseLinearTradeoff.from_points(
         polygon.alpha, q * polygon.beta + (1 - q) * (1 - polygon.alpha)
     )
-    return _min_hull(mixed, inverse(mixed))
+    return minimum_hull(mixed, inverse(mixed))
 
 
 def _as_loss_pmf(f: TradeoffFunction, spacing: float) -> Any:

@@ -19,7 +19,12 @@ from dpcore.accountants.gdp_clt import GdpCltAccountant
 from dpcore.accountants.pld import PldAccountant
 from dpcore.accountants.rdp import RdpAccountant
 from dpcore.events import dpsgd_event
-from dpcore.tradeoff import GaussianTradeoff, PiecewiseLinearTradeoff, from_epsilon_delta_curve
+from dpcore.tradeoff import (
+    GaussianTradeoff,
+    PiecewiseLinearTradeoff,
+    from_epsilon_delta_curve,
+    minimum_hull,
+)
 from reproductions.common import FIGURES, load_results, save_results
 
 STEM = "bu2019_tradeoff_curves"
@@ -54,13 +59,12 @@ def _tight_curve(setting: Setting, alphas: np.ndarray, spacing: float) -> np.nda
         dpsgd_event(sampling_probability=setting.sampling_probability,
                     noise_multiplier=setting.noise_multiplier, steps=setting.steps)
     )
-    curves = []
-    for upper, _ in accountant.composed_pmfs(spacing):
-        alpha_v, beta_v = upper.tradeoff_vertices()
-        curves.append(PiecewiseLinearTradeoff(alpha_v, beta_v))
-    # Under add/remove both pairs occur; the guarantee is the symmetrised minimum.
-    lower = np.minimum(*[curve(alphas) for curve in curves]) if len(curves) > 1 else curves[0](alphas)
-    return np.asarray(PiecewiseLinearTradeoff.lower_convex_envelope(alphas, lower)(alphas))
+    remove, add = (
+        PiecewiseLinearTradeoff.from_points(*upper.tradeoff_vertices())
+        for upper, _ in accountant.composed_pmfs(spacing)
+    )
+    # Under add/remove both pairs occur; the guarantee is the hull of their minimum.
+    return np.asarray(minimum_hull(remove, add)(alphas))
 
 
 def _rdp_curve(setting: Setting, alphas: np.ndarray) -> np.ndarray:
