@@ -55,7 +55,7 @@ def calibrate_noise(
     Example:
         >>> sigma = calibrate_noise(target_epsilon=2.0, target_delta=1e-5,
         ...                         sampling_probability=0.01, steps=1000)
-        >>> 0.7 < sigma < 1.0
+        >>> 1.0 < sigma < 1.1
         True
     """
     epsilon = check_positive("target_epsilon", target_epsilon)

@@ -39,7 +39,7 @@ class AdvancedCompositionAccountant(_StepLedger):
         >>> from dpcore.events import EpsilonDeltaEvent
         >>> acc = AdvancedCompositionAccountant().compose(EpsilonDeltaEvent(0.01, 0.0), 10_000)
         >>> round(acc.get_epsilon(1e-5), 3)  # sqrt(2 ln(1e5) 1e4) 0.01 + 1e4 0.01 (e^0.01 - 1)
-        5.8
+        5.804
     """
 
     name = "advanced"

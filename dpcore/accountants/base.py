@@ -191,7 +191,7 @@ class PrivacyAccountant(abc.ABC):
     def _wrap(self, value: float) -> float:
         if math.isnan(value):  # pragma: no cover - a defect, never an answer
             raise ArithmeticError(f"{type(self).__name__} produced NaN; please report this.")
-        return Approximate(value) if self.kind is EstimateKind.APPROXIMATE else value
+        return Approximate(value) if self.kind is EstimateKind.APPROXIMATE else float(value)
 
     @abc.abstractmethod
     def _epsilon(self, delta: float) -> float: ...

@@ -38,7 +38,7 @@ def gdp_delta(*, mu: float, epsilon: float) -> float:
     Computed as a difference of logs to stay accurate when delta is tiny.
 
     >>> round(gdp_delta(mu=1.0, epsilon=1.0), 6)
-    0.126936
+    0.126937
     """
     mu = check_non_negative("mu", mu, allow_infinity=True)
     epsilon = check_non_negative("epsilon", epsilon, allow_infinity=True)

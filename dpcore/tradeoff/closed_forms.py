@@ -28,7 +28,7 @@ class GaussianTradeoff(TradeoffFunction):
     """G_mu(alpha) = Phi(Phi^{-1}(1 - alpha) - mu) = T(N(0, 1), N(mu, 1)) (Dong, Roth, Su 2019, Def. 2.6).
 
     >>> round(GaussianTradeoff(1.0)(0.05), 6)
-    0.739037
+    0.740489
     """
 
     def __init__(self, mu: float) -> None:
