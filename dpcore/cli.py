@@ -161,7 +161,8 @@ def _flag_clt_understatement(rows: list[dict[str, Any]]) -> None:
     if clt["epsilon"] < pld["epsilon_lower"]:
         clt.setdefault("notes", []).append(
             "the CLT approximation is below the certified PLD lower bound "
-            f"({clt['epsilon']:.4g} < {pld['epsilon_lower']:.4g}): it understates the privacy loss here"
+            f"({clt['epsilon']:.4g} < {pld['epsilon_lower']:.4g}): "
+            "it understates the privacy loss here"
         )
 
 

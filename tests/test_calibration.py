@@ -24,14 +24,26 @@ def _epsilon(name: str, sigma: float, q: float, steps: int, delta: float) -> flo
 @pytest.mark.parametrize("name", ["rdp", "pld", "moments", "gdp_clt", "advanced"])
 @pytest.mark.parametrize(("target", "q", "steps"), [(1.0, 0.01, 1000), (4.0, 0.05, 300)])
 def test_meets_target_within_one_percent(name: str, target: float, q: float, steps: int) -> None:
-    sigma = calibrate_noise(target_epsilon=target, target_delta=1e-5, sampling_probability=q, steps=steps, accountant=name)
+    sigma = calibrate_noise(
+        target_epsilon=target,
+        target_delta=1e-5,
+        sampling_probability=q,
+        steps=steps,
+        accountant=name,
+    )
     assert _epsilon(name, sigma, q, steps, 1e-5) <= target
     assert _epsilon(name, sigma / 1.01, q, steps, 1e-5) > target
 
 
 def test_nothing_private_needs_no_noise() -> None:
-    assert calibrate_noise(target_epsilon=1.0, target_delta=1e-5, sampling_probability=0.0, steps=10) == 0.0
-    assert calibrate_noise(target_epsilon=1.0, target_delta=1e-5, sampling_probability=0.1, steps=0) == 0.0
+    assert (
+        calibrate_noise(target_epsilon=1.0, target_delta=1e-5, sampling_probability=0.0, steps=10)
+        == 0.0
+    )
+    assert (
+        calibrate_noise(target_epsilon=1.0, target_delta=1e-5, sampling_probability=0.1, steps=0)
+        == 0.0
+    )
 
 
 @pytest.mark.parametrize(
@@ -45,11 +57,19 @@ def test_nothing_private_needs_no_noise() -> None:
         ({"steps": -1}, "steps"),
         ({"accountant": "oracle"}, "accountant"),
         ({"tolerance": 0.0}, "tolerance"),
-        ({"target_epsilon": 1e-9, "accountant": "basic", "sampling_probability": 1.0}, "target_epsilon"),
+        (
+            {"target_epsilon": 1e-9, "accountant": "basic", "sampling_probability": 1.0},
+            "target_epsilon",
+        ),
     ],
 )
 def test_bad_inputs(kwargs: dict[str, object], parameter: str) -> None:
-    arguments: dict[str, object] = {"target_epsilon": 1.0, "target_delta": 1e-5, "sampling_probability": 0.01, "steps": 100}
+    arguments: dict[str, object] = {
+        "target_epsilon": 1.0,
+        "target_delta": 1e-5,
+        "sampling_probability": 0.01,
+        "steps": 100,
+    }
     arguments.update(kwargs)
     with pytest.raises(InvalidParameterError, match=parameter):
         calibrate_noise(**arguments)  # type: ignore[arg-type]

@@ -11,7 +11,17 @@ import pytest
 from dpcore.accountants import ACCOUNTANT_NAMES
 from dpcore.cli import main
 
-ACCOUNT = ["account", "--sampling-rate", "0.01", "--noise-multiplier", "4", "--steps", "10000", "--delta", "1e-5"]
+ACCOUNT = [
+    "account",
+    "--sampling-rate",
+    "0.01",
+    "--noise-multiplier",
+    "4",
+    "--steps",
+    "10000",
+    "--delta",
+    "1e-5",
+]
 
 
 def test_json_has_one_stable_object_per_accountant(capsys: pytest.CaptureFixture[str]) -> None:
@@ -41,7 +51,17 @@ def test_table_names_every_direction(capsys: pytest.CaptureFixture[str]) -> None
 
 
 def test_subset_and_infinite_epsilon_is_null(capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["account", "--sampling-rate", "0.1", "--noise-multiplier", "0", "--steps", "10", "--delta", "1e-5"]
+    args = [
+        "account",
+        "--sampling-rate",
+        "0.1",
+        "--noise-multiplier",
+        "0",
+        "--steps",
+        "10",
+        "--delta",
+        "1e-5",
+    ]
     assert main([*args, "--json", "--accountants", "rdp,pld"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [row["accountant"] for row in rows] == ["rdp", "pld"]
@@ -49,8 +69,20 @@ def test_subset_and_infinite_epsilon_is_null(capsys: pytest.CaptureFixture[str])
 
 
 def test_calibrate_meets_the_target(capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["calibrate", "--target-epsilon", "2", "--sampling-rate", "0.01", "--steps", "1000",
-            "--delta", "1e-5", "--accountant", "rdp", "--json"]
+    args = [
+        "calibrate",
+        "--target-epsilon",
+        "2",
+        "--sampling-rate",
+        "0.01",
+        "--steps",
+        "1000",
+        "--delta",
+        "1e-5",
+        "--accountant",
+        "rdp",
+        "--json",
+    ]
     assert main(args) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["accountant"] == "rdp" and result["noise_multiplier"] > 0
@@ -96,9 +128,23 @@ def test_bad_input_exits_2_with_one_line(
 
 def test_module_entry_point_exits_nonzero_without_traceback() -> None:
     completed = subprocess.run(
-        [sys.executable, "-m", "dpcore", "account", "--sampling-rate", "2", "--noise-multiplier", "1",
-         "--steps", "10", "--delta", "1e-5"],
-        capture_output=True, text=True, check=False,
+        [
+            sys.executable,
+            "-m",
+            "dpcore",
+            "account",
+            "--sampling-rate",
+            "2",
+            "--noise-multiplier",
+            "1",
+            "--steps",
+            "10",
+            "--delta",
+            "1e-5",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert completed.returncode == 2
     assert completed.stderr.strip().count("\n") == 0
@@ -108,13 +154,41 @@ def test_module_entry_point_exits_nonzero_without_traceback() -> None:
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
-        (["calibrate", "--target-epsilon", "0", "--sampling-rate", "0.01", "--steps", "10", "--delta", "1e-5"], "target_epsilon"),
-        (["calibrate", "--target-epsilon", "-1", "--sampling-rate", "0.01", "--steps", "10", "--delta", "1e-5"], "target_epsilon"),
+        (
+            [
+                "calibrate",
+                "--target-epsilon",
+                "0",
+                "--sampling-rate",
+                "0.01",
+                "--steps",
+                "10",
+                "--delta",
+                "1e-5",
+            ],
+            "target_epsilon",
+        ),
+        (
+            [
+                "calibrate",
+                "--target-epsilon",
+                "-1",
+                "--sampling-rate",
+                "0.01",
+                "--steps",
+                "10",
+                "--delta",
+                "1e-5",
+            ],
+            "target_epsilon",
+        ),
         (["account", "--sampling-rate", "0.01"], "required"),
         (["teleport"], "invalid choice"),
     ],
 )
-def test_more_bad_inputs(args: list[str], fragment: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_more_bad_inputs(
+    args: list[str], fragment: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert _run(args) == 2
     err = capsys.readouterr().err
     assert fragment in err and err.count("\n") == 1

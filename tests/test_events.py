@@ -36,9 +36,17 @@ BAD_EVENTS = [
     (lambda: EpsilonDeltaEvent(1.0, math.nan), "delta", "in [0, 1)"),
     (lambda: PoissonSampledEvent(1.5, GaussianEvent(1.0)), "sampling_probability", "in [0, 1]"),
     (lambda: PoissonSampledEvent(-0.1, GaussianEvent(1.0)), "sampling_probability", "in [0, 1]"),
-    (lambda: PoissonSampledEvent(math.nan, GaussianEvent(1.0)), "sampling_probability", "in [0, 1]"),
+    (
+        lambda: PoissonSampledEvent(math.nan, GaussianEvent(1.0)),
+        "sampling_probability",
+        "in [0, 1]",
+    ),
     (lambda: PoissonSampledEvent(0.1, "gaussian"), "event", "DpEvent"),  # type: ignore[arg-type]
-    (lambda: SampledWithoutReplacementEvent(11, 10, GaussianEvent(1.0)), "sample_size", "<= dataset_size"),
+    (
+        lambda: SampledWithoutReplacementEvent(11, 10, GaussianEvent(1.0)),
+        "sample_size",
+        "<= dataset_size",
+    ),
     (lambda: SampledWithoutReplacementEvent(-1, 10, GaussianEvent(1.0)), "sample_size", ">= 0"),
     (lambda: SampledWithoutReplacementEvent(1, 0, GaussianEvent(1.0)), "dataset_size", ">= 1"),
     (lambda: SampledWithoutReplacementEvent(2.5, 10, GaussianEvent(1.0)), "sample_size", "integer"),  # type: ignore[arg-type]
@@ -48,15 +56,33 @@ BAD_EVENTS = [
     (lambda: SelfComposedEvent(None, 3), "event", "DpEvent"),  # type: ignore[arg-type]
     (lambda: ComposedEvent([GaussianEvent(1.0), 3]), "events[1]", "DpEvent"),  # type: ignore[list-item]
     (lambda: ComposedEvent(GaussianEvent(1.0)), "events", "iterable"),  # type: ignore[arg-type]
-    (lambda: dpsgd_event(sampling_probability=0.01, noise_multiplier=1.0, steps=-5), "count", ">= 0"),
-    (lambda: dpsgd_event(sampling_probability=0.01, noise_multiplier=1.0, steps=10.5), "count", "integer"),  # type: ignore[arg-type]
-    (lambda: dpsgd_event(sampling_probability=2.0, noise_multiplier=1.0, steps=10), "sampling_probability", "in [0, 1]"),
-    (lambda: dpsgd_event(sampling_probability=0.01, noise_multiplier=-4.0, steps=10), "noise_multiplier", ">= 0"),
+    (
+        lambda: dpsgd_event(sampling_probability=0.01, noise_multiplier=1.0, steps=-5),
+        "count",
+        ">= 0",
+    ),
+    (
+        lambda: dpsgd_event(sampling_probability=0.01, noise_multiplier=1.0, steps=10.5),
+        "count",
+        "integer",
+    ),  # type: ignore[arg-type]
+    (
+        lambda: dpsgd_event(sampling_probability=2.0, noise_multiplier=1.0, steps=10),
+        "sampling_probability",
+        "in [0, 1]",
+    ),
+    (
+        lambda: dpsgd_event(sampling_probability=0.01, noise_multiplier=-4.0, steps=10),
+        "noise_multiplier",
+        ">= 0",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("factory", "parameter", "constraint"), BAD_EVENTS)
-def test_bad_event_is_rejected_with_a_named_message(factory, parameter: str, constraint: str) -> None:  # type: ignore[no-untyped-def]
+def test_bad_event_is_rejected_with_a_named_message(
+    factory, parameter: str, constraint: str
+) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(InvalidParameterError) as caught:
         factory()
     message = str(caught.value)
@@ -69,7 +95,9 @@ def test_events_are_immutable_and_hashable() -> None:
     event = dpsgd_event(sampling_probability=0.01, noise_multiplier=1.0, steps=3)
     with pytest.raises(dataclasses.FrozenInstanceError):
         event.count = 4  # type: ignore[misc]
-    assert hash(event) == hash(dpsgd_event(sampling_probability=0.01, noise_multiplier=1.0, steps=3))
+    assert hash(event) == hash(
+        dpsgd_event(sampling_probability=0.01, noise_multiplier=1.0, steps=3)
+    )
 
 
 def test_numbers_are_canonicalised() -> None:

@@ -21,7 +21,7 @@ __all__ = ["AdvancedCompositionAccountant", "advanced_composition_epsilon"]
 
 
 def advanced_composition_epsilon(steps: list[tuple[float, float, int]], slack: float) -> float:
-    """epsilon' of advanced composition for steps (epsilon_i, delta_i, count_i) and delta' = slack."""
+    """epsilon' of advanced composition for steps (epsilon_i, delta_i, count_i), delta' = slack."""
     if any(math.isinf(e) for e, _, _ in steps):
         return math.inf
     squares = math.fsum(n * e * e for e, _, n in steps)

@@ -21,7 +21,7 @@ __all__ = ["BasicCompositionAccountant", "amplify"]
 
 
 def amplify(*, epsilon: float, delta: float, sampling_probability: float) -> tuple[float, float]:
-    """(epsilon, delta) of a mechanism run on a Poisson sample (Balle, Barthe, Gaboardi 2018, Thm 8)."""
+    """(epsilon, delta) of a mechanism on a Poisson sample (Balle, Barthe, Gaboardi 2018, Thm 8)."""
     q = sampling_probability
     if math.isinf(epsilon):
         return (math.inf, q * delta) if q > 0 else (0.0, 0.0)
@@ -75,7 +75,7 @@ class _StepLedger(PrivacyAccountant):
             ] += count
 
     def _steps(self, gaussian_delta: float) -> list[tuple[float, float, int]]:
-        """All steps as (epsilon, delta, count), Gaussian steps at total delta ``gaussian_delta``."""
+        """All steps as (epsilon, delta, count); Gaussian steps share ``gaussian_delta``."""
         steps = [(e, d, n) for (e, d), n in self._fixed.items() if e > 0 or d > 0]
         total = max(1, sum(self._gaussian.values()))
         for (q, sigma), n in self._gaussian.items():

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import mpmath
 import numpy as np
 from scipy import special
 
 __all__ = [
-    "epsilon_from_rdp",
     "delta_from_rdp",
+    "epsilon_from_rdp",
     "laplace_rdp",
     "pure_dp_rdp",
     "sampled_without_replacement_gaussian_rdp",
@@ -25,8 +26,8 @@ __all__ = [
 _FRACTIONAL_TERMS = 1000
 
 
-def _log_comb(n: float, k: np.ndarray | float) -> np.ndarray | float:
-    """log of the (generalised) binomial coefficient C(n, k) for 0 <= k <= n."""
+def _log_comb(n: float, k: Any) -> Any:
+    """log |C(n, k)| of the (generalised) binomial coefficient, for floats or arrays k."""
     return special.gammaln(n + 1) - special.gammaln(k + 1) - special.gammaln(n - k + 1)
 
 
@@ -52,8 +53,9 @@ def _log_erfc(x: float) -> float:
 def _log_a_fractional(q: float, sigma: float, order: float) -> float:
     """log A_a for fractional a: the two-sided series of Mironov, Talwar, Zhang 2019, Sec. 3.3.
 
-    A_a = sum_i C(a, i) [q^i (1-q)^{a-i} e^{(i^2-i)/(2 s^2)} (1/2) erfc((i - z0)/(sqrt 2 s))
-                         + q^{a-i} (1-q)^i e^{((a-i)^2-(a-i))/(2 s^2)} (1/2) erfc((z0-(a-i))/(sqrt 2 s))],
+    A_a = sum_i C(a, i) [q^i (1-q)^{a-i} e^{(i^2-i)/(2 s^2)} erfc((i - z0)/(sqrt 2 s)) / 2
+                         + q^{j} (1-q)^i e^{(j^2-j)/(2 s^2)} erfc((z0 - j)/(sqrt 2 s)) / 2],
+    j = a - i,
     z0 = s^2 log(1/q - 1) + 1/2. For i > a the generalised coefficients alternate in sign; the
     magnitudes are summed (as Google's dp_accounting does), which can only overestimate A_a and
     so keeps the RDP an upper bound. Terms are added in log space until both halves decrease
@@ -256,7 +258,7 @@ def pure_dp_rdp(*, epsilon: float, orders: np.ndarray) -> np.ndarray:
 
 
 def epsilon_from_rdp(
-    *, orders: Sequence[float], rdp: Sequence[float], delta: float
+    *, orders: Sequence[float] | np.ndarray, rdp: Sequence[float] | np.ndarray, delta: float
 ) -> tuple[float, float]:
     """(epsilon, optimal order): the smallest epsilon the RDP curve certifies at ``delta``.
 
@@ -267,7 +269,7 @@ def epsilon_from_rdp(
     Google's dp_accounting (``compute_epsilon``) exactly.
     """
     best, best_order = math.inf, float(orders[0])
-    for a, r in zip(orders, rdp):
+    for a, r in zip(orders, rdp, strict=True):
         if r <= 0 or delta**2 + math.expm1(-r) > 0:
             value = 0.0
         elif a > 1.01 and math.isfinite(r):
@@ -280,7 +282,7 @@ def epsilon_from_rdp(
 
 
 def delta_from_rdp(
-    *, orders: Sequence[float], rdp: Sequence[float], epsilon: float
+    *, orders: Sequence[float] | np.ndarray, rdp: Sequence[float] | np.ndarray, epsilon: float
 ) -> tuple[float, float]:
     """(delta, optimal order): the smallest delta the RDP curve certifies at ``epsilon``.
 
@@ -288,7 +290,7 @@ def delta_from_rdp(
     (the inverse of :func:`epsilon_from_rdp`, same sources; the second bound only for a > 1.01).
     """
     best, best_order = math.inf, float(orders[0])
-    for a, r in zip(orders, rdp):
+    for a, r in zip(orders, rdp, strict=True):
         if r <= 0:
             log_delta = -math.inf
         elif math.isinf(r):

@@ -25,7 +25,9 @@ _TOLERANCE = 1e-9
 
 
 class GaussianTradeoff(TradeoffFunction):
-    """G_mu(alpha) = Phi(Phi^{-1}(1 - alpha) - mu) = T(N(0, 1), N(mu, 1)) (Dong, Roth, Su 2019, Def. 2.6).
+    """G_mu(alpha) = Phi(Phi^{-1}(1 - alpha) - mu) = T(N(0, 1), N(mu, 1)).
+
+    Dong, Roth, Su 2019, Def. 2.6.
 
     >>> round(GaussianTradeoff(1.0)(0.05), 6)
     0.740489
@@ -56,7 +58,10 @@ class GaussianTradeoff(TradeoffFunction):
 
 
 class EpsilonDeltaTradeoff(TradeoffFunction):
-    """f_{eps,delta}(alpha) = max{0, 1 - delta - e^eps alpha, e^{-eps}(1 - delta - alpha)} (Prop. 2.5)."""
+    """f_{eps,delta}(alpha) = max{0, 1 - delta - e^eps alpha, e^{-eps}(1 - delta - alpha)}.
+
+    Dong, Roth, Su 2019, Prop. 2.5: (eps, delta)-DP is exactly f_{eps,delta}-DP.
+    """
 
     def __init__(self, epsilon: float, delta: float = 0.0) -> None:
         self.epsilon_ = check_non_negative("epsilon", epsilon)
@@ -67,9 +72,8 @@ class EpsilonDeltaTradeoff(TradeoffFunction):
 
     def _evaluate(self, alpha: np.ndarray) -> np.ndarray:
         e, d = self.epsilon_, self.delta_
-        return np.maximum.reduce(
-            [np.zeros_like(alpha), 1 - d - math.exp(e) * alpha, math.exp(-e) * (1 - d - alpha)]
-        )
+        lines = [np.zeros_like(alpha), 1 - d - math.exp(e) * alpha, math.exp(-e) * (1 - d - alpha)]
+        return np.asarray(np.maximum.reduce(lines), dtype=float)
 
     def vertices(self) -> tuple[np.ndarray, np.ndarray]:
         e, d = self.epsilon_, self.delta_
@@ -169,7 +173,7 @@ class PiecewiseLinearTradeoff(TradeoffFunction):
         return f"PiecewiseLinearTradeoff({self.alpha.size} vertices)"
 
     def _evaluate(self, alpha: np.ndarray) -> np.ndarray:
-        return np.interp(alpha, self.alpha, self.beta)
+        return np.asarray(np.interp(alpha, self.alpha, self.beta), dtype=float)
 
     def vertices(self) -> tuple[np.ndarray, np.ndarray]:
         return self.alpha.copy(), self.beta.copy()

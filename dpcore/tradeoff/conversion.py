@@ -44,7 +44,7 @@ class EpsilonDeltaEnvelope(TradeoffFunction):
         if self.epsilons.size == 0:
             return np.zeros_like(alpha)
         out = np.zeros_like(alpha)
-        for e, d in zip(self.epsilons, self.deltas):
+        for e, d in zip(self.epsilons, self.deltas, strict=True):
             out = np.maximum(
                 out, np.maximum(1 - d - math.exp(e) * alpha, math.exp(-e) * (1 - d - alpha))
             )

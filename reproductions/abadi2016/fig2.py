@@ -83,10 +83,20 @@ def plot() -> None:
     }
     for key, (label, colour, style) in styles.items():
         axes.plot(epochs, [row.get(key) for row in rows], style, color=colour, label=label)
-    axes.plot([config["paper_epochs"]], [config["paper_moments"]], "o", color="tab:blue",
-              label="paper: moments accountant, E = 100")
-    axes.plot([config["paper_epochs"]], [config["paper_strong_composition"]], "s",
-              color="tab:red", label="paper: strong composition, E = 100")
+    axes.plot(
+        [config["paper_epochs"]],
+        [config["paper_moments"]],
+        "o",
+        color="tab:blue",
+        label="paper: moments accountant, E = 100",
+    )
+    axes.plot(
+        [config["paper_epochs"]],
+        [config["paper_strong_composition"]],
+        "s",
+        color="tab:red",
+        label="paper: strong composition, E = 100",
+    )
     axes.set_xlabel("epochs")
     axes.set_ylabel(f"epsilon at delta = {config['delta']:g}")
     axes.set_yscale("log")

@@ -1,1 +1,4 @@
-"""Bu, Dong, Long, Su 2019, "Deep Learning with Gaussian Differential Privacy" (arXiv 1911.11607)."""
+"""Bu, Dong, Long, Su 2019, "Deep Learning with Gaussian Differential Privacy".
+
+arXiv 1911.11607.
+"""

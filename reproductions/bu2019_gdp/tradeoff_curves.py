@@ -1,4 +1,4 @@
-"""Tradeoff curves of DP-SGD: tight numerical composition vs the CLT's G_mu vs the RDP-implied curve.
+"""Tradeoff curves of DP-SGD: tight numerical composition vs the CLT's G_mu vs RDP's curve.
 
 Two settings: the paper's MNIST run (sigma = 1.3, lot 256 of 60,000, 15 epochs; Bu et al. 2019,
 Sec. 5, where the CLT is accurate) and a short run with a large sampling rate, where the CLT's
@@ -45,8 +45,12 @@ class TradeoffConfig:
     """The settings drawn and the resolution of the curves."""
 
     settings: tuple[Setting, ...] = (
-        Setting("MNIST (Bu et al. 2019): sigma 1.3, lot 256/60000, 15 epochs", 256 / 60_000, 1.3,
-                math.ceil(15 * 60_000 / 256)),
+        Setting(
+            "MNIST (Bu et al. 2019): sigma 1.3, lot 256/60000, 15 epochs",
+            256 / 60_000,
+            1.3,
+            math.ceil(15 * 60_000 / 256),
+        ),
         Setting("short run: sigma 1, q 0.05, 100 steps", 0.05, 1.0, 100),
     )
     alphas: int = 400
@@ -56,8 +60,11 @@ class TradeoffConfig:
 def _tight_curve(setting: Setting, alphas: np.ndarray, spacing: float) -> np.ndarray:
     """Lower envelope of the remove and add tradeoff curves of the pessimistic composed PLDs."""
     accountant = PldAccountant(value_discretization_interval=spacing).compose(
-        dpsgd_event(sampling_probability=setting.sampling_probability,
-                    noise_multiplier=setting.noise_multiplier, steps=setting.steps)
+        dpsgd_event(
+            sampling_probability=setting.sampling_probability,
+            noise_multiplier=setting.noise_multiplier,
+            steps=setting.steps,
+        )
     )
     remove, add = (
         PiecewiseLinearTradeoff.from_points(*upper.tradeoff_vertices())
@@ -69,8 +76,11 @@ def _tight_curve(setting: Setting, alphas: np.ndarray, spacing: float) -> np.nda
 
 def _rdp_curve(setting: Setting, alphas: np.ndarray) -> np.ndarray:
     accountant = RdpAccountant().compose(
-        dpsgd_event(sampling_probability=setting.sampling_probability,
-                    noise_multiplier=setting.noise_multiplier, steps=setting.steps)
+        dpsgd_event(
+            sampling_probability=setting.sampling_probability,
+            noise_multiplier=setting.noise_multiplier,
+            steps=setting.steps,
+        )
     )
     deltas = np.geomspace(1e-12, 0.9, 200)
     with warnings.catch_warnings():
@@ -81,26 +91,48 @@ def _rdp_curve(setting: Setting, alphas: np.ndarray) -> np.ndarray:
 
 def compute(config: TradeoffConfig = TradeoffConfig()) -> None:
     """Compute the three curves per setting; save JSON + CSV under figures/."""
-    alphas = np.unique(np.concatenate([np.geomspace(1e-6, 1.0, config.alphas // 2),
-                                       np.linspace(0.0, 1.0, config.alphas // 2)]))
+    alphas = np.unique(
+        np.concatenate(
+            [np.geomspace(1e-6, 1.0, config.alphas // 2), np.linspace(0.0, 1.0, config.alphas // 2)]
+        )
+    )
     rows = []
     summaries = []
     for setting in tqdm(config.settings, desc="Bu et al. tradeoff curves", unit="setting"):
-        mu = GdpCltAccountant().compose(
-            dpsgd_event(sampling_probability=setting.sampling_probability,
-                        noise_multiplier=setting.noise_multiplier, steps=setting.steps)
-        ).mu
+        mu = (
+            GdpCltAccountant()
+            .compose(
+                dpsgd_event(
+                    sampling_probability=setting.sampling_probability,
+                    noise_multiplier=setting.noise_multiplier,
+                    steps=setting.steps,
+                )
+            )
+            .mu
+        )
         clt = GaussianTradeoff(mu)(alphas)
         tight = _tight_curve(setting, alphas, config.grid_spacing)
         rdp = _rdp_curve(setting, alphas)
         # Where the CLT curve lies above the tight one it claims more privacy than holds.
         overstated = float(np.max(clt - tight))
-        summaries.append({"label": setting.label, "mu_clt": mu,
-                          "max_clt_minus_tight": overstated,
-                          "clt_understates_privacy_loss": overstated > 1e-4})
-        for alpha, t, c, r in zip(alphas, tight, clt, rdp):
-            rows.append({"setting": setting.label, "alpha": float(alpha), "tight": float(t),
-                         "clt": float(c), "rdp_implied": float(r)})
+        summaries.append(
+            {
+                "label": setting.label,
+                "mu_clt": mu,
+                "max_clt_minus_tight": overstated,
+                "clt_understates_privacy_loss": overstated > 1e-4,
+            }
+        )
+        for alpha, t, c, r in zip(alphas, tight, clt, rdp, strict=True):
+            rows.append(
+                {
+                    "setting": setting.label,
+                    "alpha": float(alpha),
+                    "tight": float(t),
+                    "clt": float(c),
+                    "rdp_implied": float(r),
+                }
+            )
     save_results(STEM, config=config, rows=rows, extra={"summary": summaries})
 
 
@@ -114,12 +146,18 @@ def plot() -> None:
     data = load_results(STEM)
     labels = [summary["label"] for summary in data["summary"]]
     figure, panels = plt.subplots(1, len(labels), figsize=(5 * len(labels), 4.5))
-    for axes, summary in zip(np.atleast_1d(panels), data["summary"]):
+    for axes, summary in zip(np.atleast_1d(panels), data["summary"], strict=True):
         rows = [row for row in data["rows"] if row["setting"] == summary["label"]]
         alpha = [row["alpha"] for row in rows]
-        axes.plot(alpha, [row["tight"] for row in rows], "k-", label="tight (numerical composition)")
-        axes.plot(alpha, [row["clt"] for row in rows], "b--",
-                  label=f"CLT G_mu, mu = {summary['mu_clt']:.3f} (approximate)")
+        axes.plot(
+            alpha, [row["tight"] for row in rows], "k-", label="tight (numerical composition)"
+        )
+        axes.plot(
+            alpha,
+            [row["clt"] for row in rows],
+            "b--",
+            label=f"CLT G_mu, mu = {summary['mu_clt']:.3f} (approximate)",
+        )
         axes.plot(alpha, [row["rdp_implied"] for row in rows], "g:", label="implied by RDP")
         axes.plot([0, 1], [1, 0], color="0.7", lw=0.8, label="perfect privacy")
         axes.set_xlabel("type I error")

@@ -54,7 +54,9 @@ class CountingAccountant(PrivacyAccountant):
 
 def test_nested_events_are_flattened_with_multiplied_counts() -> None:
     accountant = CountingAccountant()
-    event = SelfComposedEvent(ComposedEvent([GaussianEvent(1.0), SelfComposedEvent(GaussianEvent(2.0), 3)]), 2)
+    event = SelfComposedEvent(
+        ComposedEvent([GaussianEvent(1.0), SelfComposedEvent(GaussianEvent(2.0), 3)]), 2
+    )
     accountant.compose(event, 5)
     assert accountant.calls == [(GaussianEvent(1.0), 10), (GaussianEvent(2.0), 30)]
     assert accountant.get_epsilon(1e-5) == pytest.approx(10 + 30 / 4)
@@ -71,13 +73,19 @@ def test_unsupported_leaf_is_named_and_nothing_is_recorded() -> None:
 
 def test_parameter_dependent_refusal_reports_the_reason() -> None:
     accountant = CountingAccountant()
-    assert accountant.unsupported_reason(GaussianEvent(200.0)) == "noise above 100 is refused by this test accountant"
+    assert (
+        accountant.unsupported_reason(GaussianEvent(200.0))
+        == "noise above 100 is refused by this test accountant"
+    )
     with pytest.raises(UnsupportedEventError, match="noise above 100"):
         accountant.compose(GaussianEvent(200.0))
 
 
 def test_sampled_signatures_include_the_inner_mechanism() -> None:
-    assert leaf_signature(PoissonSampledEvent(0.1, GaussianEvent(1.0))) == (PoissonSampledEvent, GaussianEvent)
+    assert leaf_signature(PoissonSampledEvent(0.1, GaussianEvent(1.0))) == (
+        PoissonSampledEvent,
+        GaussianEvent,
+    )
     assert not CountingAccountant().supports(PoissonSampledEvent(0.1, GaussianEvent(1.0)))
 
 

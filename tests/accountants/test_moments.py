@@ -39,19 +39,25 @@ def test_log_moments_match_the_binomial_closed_form(q: float, sigma: float) -> N
     # the RDP of the sampled Gaussian is the exact binomial sum (Mironov, Talwar, Zhang 2019).
     ours = np.array(log_moments(sampling_probability=q, noise_multiplier=sigma, max_lambda=32))
     orders = np.arange(2, 34, dtype=float)
-    closed = subsampled_gaussian_rdp(sampling_probability=q, noise_multiplier=sigma, orders=orders) * (orders - 1)
+    closed = subsampled_gaussian_rdp(
+        sampling_probability=q, noise_multiplier=sigma, orders=orders
+    ) * (orders - 1)
     assert np.allclose(ours, closed, rtol=1e-9)
 
 
 def test_golden_abadi_2016() -> None:
     # Abadi et al. 2016, §3.1: q = 0.01, sigma = 4, delta = 1e-5, T = 10,000 (E = 100):
     # "we have epsilon ~ 1.26 using the moments accountant". Printed to two decimals.
-    accountant = MomentsAccountant().compose(dpsgd_event(sampling_probability=0.01, noise_multiplier=4.0, steps=10_000))
+    accountant = MomentsAccountant().compose(
+        dpsgd_event(sampling_probability=0.01, noise_multiplier=4.0, steps=10_000)
+    )
     assert accountant.get_epsilon(1e-5) == pytest.approx(1.26, abs=0.005)
 
 
 def test_epsilon_and_delta_are_consistent_tail_bounds() -> None:
-    accountant = MomentsAccountant().compose(dpsgd_event(sampling_probability=0.02, noise_multiplier=1.2, steps=500))
+    accountant = MomentsAccountant().compose(
+        dpsgd_event(sampling_probability=0.02, noise_multiplier=1.2, steps=500)
+    )
     epsilon = accountant.get_epsilon(1e-6)
     lambdas = np.arange(1, 33)
     expected = min((accountant.log_moments + math.log(1e6)) / lambdas)
@@ -61,7 +67,9 @@ def test_epsilon_and_delta_are_consistent_tail_bounds() -> None:
 
 def test_fewer_lambdas_never_help() -> None:
     event = dpsgd_event(sampling_probability=0.01, noise_multiplier=1.0, steps=1000)
-    assert MomentsAccountant(max_lambda=8).compose(event).get_epsilon(1e-5) >= MomentsAccountant().compose(event).get_epsilon(1e-5)
+    assert MomentsAccountant(max_lambda=8).compose(event).get_epsilon(
+        1e-5
+    ) >= MomentsAccountant().compose(event).get_epsilon(1e-5)
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True])

@@ -42,7 +42,9 @@ def _renyi_oracle(q: float, sigma: float, order: float) -> float:
 @pytest.mark.parametrize(("q", "sigma"), [(0.01, 1.0), (0.1, 2.0), (0.3, 1.5)])
 @pytest.mark.parametrize("order", [1.5, 2.0, 3.7, 8.0, 16.0])
 def test_subsampled_gaussian_matches_quadrature(q: float, sigma: float, order: float) -> None:
-    ours = subsampled_gaussian_rdp(sampling_probability=q, noise_multiplier=sigma, orders=np.array([order]))[0]
+    ours = subsampled_gaussian_rdp(
+        sampling_probability=q, noise_multiplier=sigma, orders=np.array([order])
+    )[0]
     oracle = _renyi_oracle(q, sigma, order)
     if float(order).is_integer():
         assert ours == pytest.approx(oracle, rel=1e-9)  # the binomial expansion is exact
@@ -58,9 +60,13 @@ def test_laplace_matches_quadrature(scale: float, order: float) -> None:
     mpmath.mp.dps = 40
     p = lambda x: mpmath.exp(-abs(x) / scale) / (2 * scale)  # noqa: E731
     q = lambda x: mpmath.exp(-abs(x - 1) / scale) / (2 * scale)  # noqa: E731
-    value = mpmath.quad(lambda x: p(x) ** order * q(x) ** (1 - order), [-mpmath.inf, 0, 1, mpmath.inf])
+    value = mpmath.quad(
+        lambda x: p(x) ** order * q(x) ** (1 - order), [-mpmath.inf, 0, 1, mpmath.inf]
+    )
     oracle = float(mpmath.log(value) / (order - 1))
-    assert laplace_rdp(noise_multiplier=scale, orders=np.array([order]))[0] == pytest.approx(oracle, rel=1e-9)
+    assert laplace_rdp(noise_multiplier=scale, orders=np.array([order]))[0] == pytest.approx(
+        oracle, rel=1e-9
+    )
 
 
 def _peer_epsilon(event: dp_accounting.DpEvent, delta: float, relation=None) -> float:  # type: ignore[no-untyped-def]
@@ -71,7 +77,9 @@ def _peer_epsilon(event: dp_accounting.DpEvent, delta: float, relation=None) -> 
 
 
 def _check_dpsgd(q: float, sigma: float, steps: int) -> None:
-    ours = RdpAccountant().compose(dpsgd_event(sampling_probability=q, noise_multiplier=sigma, steps=steps))
+    ours = RdpAccountant().compose(
+        dpsgd_event(sampling_probability=q, noise_multiplier=sigma, steps=steps)
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", OrderGridEdgeWarning)
         value = ours.get_epsilon(1e-5)
@@ -80,7 +88,9 @@ def _check_dpsgd(q: float, sigma: float, steps: int) -> None:
     assert value == pytest.approx(theirs, rel=1e-6)
 
 
-@pytest.mark.parametrize(("q", "sigma", "steps"), [(0.01, 1.0, 1000), (0.1, 0.6, 10), (0.001, 4.0, 10_000)])
+@pytest.mark.parametrize(
+    ("q", "sigma", "steps"), [(0.01, 1.0, 1000), (0.1, 0.6, 10), (0.001, 4.0, 10_000)]
+)
 def test_dpsgd_epsilon_equals_dp_accounting(q: float, sigma: float, steps: int) -> None:
     _check_dpsgd(q, sigma, steps)
 
@@ -95,15 +105,21 @@ def test_dpsgd_epsilon_equals_dp_accounting_full_grid(q: float, sigma: float, st
 
 def test_laplace_and_without_replacement_equal_dp_accounting() -> None:
     ours = RdpAccountant().compose(LaplaceEvent(2.0), 5)
-    theirs = _peer_epsilon(dp_accounting.SelfComposedDpEvent(dp_accounting.LaplaceDpEvent(2.0), 5), 1e-6)
+    theirs = _peer_epsilon(
+        dp_accounting.SelfComposedDpEvent(dp_accounting.LaplaceDpEvent(2.0), 5), 1e-6
+    )
     with pytest.warns(OrderGridEdgeWarning):  # pure-DP-like: the optimum is the largest order
         assert ours.get_epsilon(1e-6) == pytest.approx(theirs, rel=1e-6)
     wor = RdpAccountant(neighboring_relation="replace_one").compose(
         SampledWithoutReplacementEvent(256, 60_000, GaussianEvent(1.1)), 2000
     )
-    event = dp_accounting.SampledWithoutReplacementDpEvent(60_000, 256, dp_accounting.GaussianDpEvent(1.1))
+    event = dp_accounting.SampledWithoutReplacementDpEvent(
+        60_000, 256, dp_accounting.GaussianDpEvent(1.1)
+    )
     theirs = _peer_epsilon(
-        dp_accounting.SelfComposedDpEvent(event, 2000), 1e-5, dp_accounting.NeighboringRelation.REPLACE_ONE
+        dp_accounting.SelfComposedDpEvent(event, 2000),
+        1e-5,
+        dp_accounting.NeighboringRelation.REPLACE_ONE,
     )
     assert wor.get_epsilon(1e-5) == pytest.approx(theirs, rel=1e-6)
 

@@ -24,7 +24,9 @@ def _oracle_delta(mu: float, epsilon: float) -> float:
 @pytest.mark.parametrize("mu", [0.1, 0.5, 1.0, 3.0])
 @pytest.mark.parametrize("epsilon", [0.0, 0.3, 1.0, 4.0])
 def test_gdp_delta_matches_the_hockey_stick_integral(mu: float, epsilon: float) -> None:
-    assert gdp_delta(mu=mu, epsilon=epsilon) == pytest.approx(_oracle_delta(mu, epsilon), rel=1e-9, abs=1e-300)
+    assert gdp_delta(mu=mu, epsilon=epsilon) == pytest.approx(
+        _oracle_delta(mu, epsilon), rel=1e-9, abs=1e-300
+    )
 
 
 @settings(max_examples=50, deadline=None)
@@ -51,7 +53,9 @@ def test_boundaries() -> None:
     assert gdp_delta(mu=math.inf, epsilon=5.0) == 1.0
     assert gdp_epsilon(mu=0.0, delta=1e-5) == 0.0
     assert math.isinf(gdp_epsilon(mu=math.inf, delta=1e-5))
-    assert gaussian_epsilon(noise_multiplier=1.0, delta=gaussian_delta(noise_multiplier=1.0, epsilon=2.0)) == pytest.approx(2.0, rel=1e-9)
+    assert gaussian_epsilon(
+        noise_multiplier=1.0, delta=gaussian_delta(noise_multiplier=1.0, epsilon=2.0)
+    ) == pytest.approx(2.0, rel=1e-9)
 
 
 @pytest.mark.parametrize(

@@ -46,7 +46,19 @@ def assert_valid(f: TradeoffFunction) -> None:
 
 @st.composite
 def tradeoffs(draw: st.DrawFn) -> TradeoffFunction:
-    kind = draw(st.sampled_from(["gaussian", "eps_delta", "subsampled", "symmetrised", "composed", "envelope", "identity"]))
+    kind = draw(
+        st.sampled_from(
+            [
+                "gaussian",
+                "eps_delta",
+                "subsampled",
+                "symmetrised",
+                "composed",
+                "envelope",
+                "identity",
+            ]
+        )
+    )
     if kind == "gaussian":
         return GaussianTradeoff(draw(mus))
     if kind == "eps_delta":
@@ -56,7 +68,11 @@ def tradeoffs(draw: st.DrawFn) -> TradeoffFunction:
     if kind == "symmetrised":
         return symmetrise(EpsilonDeltaTradeoff(draw(epsilons), draw(deltas)))
     if kind == "composed":
-        return compose(GaussianTradeoff(draw(mus)), EpsilonDeltaTradeoff(draw(epsilons), draw(deltas)), grid_spacing=5e-3)
+        return compose(
+            GaussianTradeoff(draw(mus)),
+            EpsilonDeltaTradeoff(draw(epsilons), draw(deltas)),
+            grid_spacing=5e-3,
+        )
     if kind == "envelope":
         eps = np.linspace(0, draw(epsilons) + 0.1, 5)
         return from_epsilon_delta_curve(eps, [gdp_delta(mu=1.0, epsilon=float(e)) for e in eps])
@@ -70,7 +86,10 @@ def test_every_produced_function_is_a_tradeoff_function(f: TradeoffFunction) -> 
 
 
 @settings(max_examples=20, deadline=None)
-@given(st.lists(st.floats(min_value=-3, max_value=3), min_size=5, max_size=200), st.floats(min_value=0, max_value=2))
+@given(
+    st.lists(st.floats(min_value=-3, max_value=3), min_size=5, max_size=200),
+    st.floats(min_value=0, max_value=2),
+)
 def test_empirical_curves_are_tradeoff_functions(samples: list[float], shift: float) -> None:
     f = from_samples(samples, [s + shift for s in samples])
     assert_valid(f)
