@@ -116,6 +116,9 @@ class PldAccountant(PrivacyAccountant):
         self._counts: dict[DpEvent, int] = {}
         self._non_private = False
         self._cache: dict[float, list[_Direction]] = {}
+        # The grid the last query settled on: later queries start there, so that
+        # get_delta(get_epsilon(delta)) is answered on the same grid and returns <= delta.
+        self._settled: float | None = None
 
     def config(self) -> dict[str, Any]:
         return {
@@ -130,6 +133,7 @@ class PldAccountant(PrivacyAccountant):
             return
         self._counts[event] = self._counts.get(event, 0) + count
         self._cache.clear()
+        self._settled = None
 
     @handles((GaussianEvent,), (LaplaceEvent,))
     def _noise(self, event: GaussianEvent | LaplaceEvent, count: int) -> None:
@@ -189,6 +193,8 @@ class PldAccountant(PrivacyAccountant):
         return max(widths)
 
     def _start_spacing(self) -> float:
+        if self._settled is not None:
+            return self._settled
         spacing = self._spacing or _INITIAL_SPACING
         return max(spacing, self._loss_range() / _MAX_STEP_POINTS)
 
@@ -258,6 +264,7 @@ class PldAccountant(PrivacyAccountant):
                 break
             spacing = finer
             interval = self._interval_at(target, spacing)
+        self._settled = spacing
         return interval
 
     def get_delta_interval(self, target_epsilon: float) -> DeltaInterval:
@@ -277,6 +284,7 @@ class PldAccountant(PrivacyAccountant):
             if finer is None or attempt == _MAX_REFINEMENTS:
                 break
             spacing = finer
+        self._settled = spacing
         return interval
 
     def _epsilon(self, delta: float) -> float:

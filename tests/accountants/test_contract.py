@@ -234,3 +234,20 @@ def test_pld_interval_lies_below_rdp(q: float, sigma: float, steps: int, delta: 
     with _quiet():
         rdp = RdpAccountant().compose(event).get_epsilon(delta)
     assert interval.lower <= interval.upper <= rdp * (1 + 1e-9)
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    q=st.floats(min_value=1e-4, max_value=0.5),
+    sigma=st.floats(min_value=0.5, max_value=20.0),
+    steps=st.integers(min_value=1, max_value=20_000),
+    delta=st.floats(min_value=1e-12, max_value=0.1),
+)
+def test_pld_interval_lies_below_rdp_wide(q: float, sigma: float, steps: int, delta: float) -> None:
+    """The same ordering over a continuous, much wider parameter range (slow session)."""
+    event = dpsgd_event(sampling_probability=q, noise_multiplier=sigma, steps=steps)
+    interval = PldAccountant().compose(event).get_epsilon_interval(delta)
+    with _quiet():
+        rdp = RdpAccountant().compose(event).get_epsilon(delta)
+    assert interval.lower <= interval.upper <= rdp * (1 + 1e-9)

@@ -52,7 +52,6 @@ def test_interval_agrees_with_dp_accounting(q: float, sigma: float, steps: int) 
     _check_against_peer(q, sigma, steps)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("steps", [10, 1000, 10_000])
 @pytest.mark.parametrize("sigma", [0.6, 1.0, 2.0, 4.0])
 @pytest.mark.parametrize("q", [0.001, 0.01, 0.1])

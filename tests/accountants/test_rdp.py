@@ -95,7 +95,6 @@ def test_dpsgd_epsilon_equals_dp_accounting(q: float, sigma: float, steps: int) 
     _check_dpsgd(q, sigma, steps)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("steps", [10, 1000, 10_000])
 @pytest.mark.parametrize("sigma", [0.6, 1.0, 2.0, 4.0])
 @pytest.mark.parametrize("q", [0.001, 0.01, 0.1])
