@@ -17,12 +17,12 @@ from collections.abc import Iterator
 from typing import ClassVar
 
 import pytest
-from dpcore.accountants.rdp import OrderGridEdgeWarning, RdpAccountant
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dpcore.accountants import ACCOUNTANT_NAMES, PrivacyAccountant, accountant_class
 from dpcore.accountants.pld import PldAccountant
+from dpcore.accountants.rdp import OrderGridEdgeWarning, RdpAccountant
 from dpcore.errors import InvalidParameterError, StateError, UnsupportedEventError
 from dpcore.events import DpEvent, GaussianEvent, dpsgd_event
 
