@@ -15,7 +15,7 @@ import math
 import sys
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from dpcore.accountants import ACCOUNTANT_NAMES, accountant_class
@@ -34,28 +34,25 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"dpcore: error: {message}\n")
 
 
-def _real(name: str):  # type: ignore[no-untyped-def]
-    def parse(text: str) -> float:
+def _parsed(name: str, convert: Callable[[str], Any], constraint: str) -> Callable[[str], Any]:
+    """An argparse type that reports failures in dpcore's "Expected ..." form."""
+
+    def parse(text: str) -> Any:
         try:
-            return float(text)
+            return convert(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(
-                str(InvalidParameterError(name, "to be a real number", text))
-            ) from None
+            message = str(InvalidParameterError(name, constraint, text))
+            raise argparse.ArgumentTypeError(message) from None
 
     return parse
 
 
-def _integer(name: str):  # type: ignore[no-untyped-def]
-    def parse(text: str) -> int:
-        try:
-            return int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                str(InvalidParameterError(name, "to be an integer >= 0", text))
-            ) from None
+def _real(name: str) -> Callable[[str], Any]:
+    return _parsed(name, float, "to be a real number")
 
-    return parse
+
+def _integer(name: str) -> Callable[[str], Any]:
+    return _parsed(name, int, "to be an integer >= 0")
 
 
 def _accountant_list(text: str) -> list[str]:

@@ -123,6 +123,20 @@ def _from_bins(
     return LossPmf(grid_spacing, start, np.maximum(pmf, 0.0), float(infinity_mass))
 
 
+def _finite_atoms(
+    p_masses: np.ndarray, q_masses: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """Atoms with both masses positive, and the P-mass of atoms Q cannot produce (loss +inf).
+
+    Atoms without P-mass (loss -inf) are dropped: they never contribute to a hockey stick.
+    """
+    p = np.asarray(p_masses, dtype=float)
+    q = np.asarray(q_masses, dtype=float)
+    infinity = float(p[(q <= 0) & (p > 0)].sum())
+    keep = (p > 0) & (q > 0)
+    return p[keep], q[keep], infinity
+
+
 def split_atoms(
     *,
     p_masses: np.ndarray,
@@ -142,11 +156,7 @@ def split_atoms(
     to +inf. Both are splits too, hence still pessimistic.
     """
     h = check_positive("grid_spacing", grid_spacing)
-    p = np.asarray(p_masses, dtype=float)
-    q = np.asarray(q_masses, dtype=float)
-    infinity = float(p[(q <= 0) & (p > 0)].sum())
-    keep = (p > 0) & (q > 0)
-    p, q = p[keep], q[keep]
+    p, q, infinity = _finite_atoms(p_masses, q_masses)
     losses = np.log(p) - np.log(q)
     lower, _ = _grid_index(losses, h)
     if min_index is not None:
@@ -188,11 +198,7 @@ def garble_atoms(
     their P-mass at that loss (Q-mass added).
     """
     h = check_positive("grid_spacing", grid_spacing)
-    p = np.asarray(p_masses, dtype=float)
-    q = np.asarray(q_masses, dtype=float)
-    infinity = float(p[(q <= 0) & (p > 0)].sum())
-    keep = (p > 0) & (q > 0)
-    p, q = p[keep], q[keep]
+    p, q, infinity = _finite_atoms(p_masses, q_masses)
     lower, frac = _grid_index(np.log(p) - np.log(q), h)
     top = lower >= max_index
     lower = np.where(top, max_index, lower)
