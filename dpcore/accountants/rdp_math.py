@@ -10,7 +10,6 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import mpmath
 import numpy as np
 from scipy import special
 
@@ -118,25 +117,37 @@ def subsampled_gaussian_rdp(
     return out
 
 
+def _signed_log_subtract(
+    sign_a: np.ndarray, log_a: np.ndarray, sign_b: np.ndarray, log_b: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(sign, log|.|) of a - b for numbers given as (sign, log magnitude) pairs."""
+    sign_b = -sign_b
+    high = np.maximum(log_a, log_b)
+    low = np.minimum(log_a, log_b)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        same = sign_a == sign_b
+        gap = np.where(np.isfinite(high), low - high, -np.inf)
+        magnitude = np.where(same, high + np.log1p(np.exp(gap)), high + np.log1p(-np.exp(gap)))
+    sign = np.where(same | (log_a >= log_b), sign_a, sign_b)
+    magnitude = np.where(~same & (log_a == log_b), -np.inf, magnitude)
+    return sign, magnitude
+
+
 def _log_forward_differences(sigma: float, count: int) -> np.ndarray:
-    """log |Delta^m v (0)| for m = 1..count, v = (1, f(0), f(1), ...), f(x) = e^{x(x+1)/(2 s^2)}.
+    """log |Delta^m v (0)| for m = 0..count, v = (1, f(0), f(1), ...), f(x) = e^{x(x+1)/(2 s^2)}.
 
     These are the forward differences in Wang, Balle, Kasiviswanathan 2019 (arXiv 1808.00087),
-    Thm 27, for the Gaussian's cumulant generating function. The alternating sums cancel badly
-    in floating point, so they are evaluated exactly enough with mpmath at 80 digits.
+    Thm 27, for the Gaussian's cumulant generating function, computed by repeated differencing
+    in signed log space (index 0, the sequence itself, is unused).
     """
-    with mpmath.workdps(80):
-        values = [mpmath.mpf(1)] + [
-            mpmath.e ** (mpmath.mpf(x) * (x + 1) / (2 * mpmath.mpf(sigma) ** 2))
-            for x in range(count + 1)
-        ]
-        out = np.empty(count + 1)
-        out[0] = -math.inf  # index 0 unused (m starts at 1)
-        for m in range(1, count + 1):
-            total = mpmath.fsum(
-                (-1) ** (m - k) * mpmath.binomial(m, k) * values[k] for k in range(m + 1)
-            )
-            out[m] = float(mpmath.log(abs(total))) if total != 0 else -math.inf
+    x = np.arange(count + 1, dtype=float)
+    logs = np.concatenate([[0.0], x * (x + 1) / (2 * sigma**2)])
+    signs = np.ones_like(logs)
+    out = np.empty(count + 1)
+    out[0] = -math.inf
+    for m in range(1, count + 1):
+        signs, logs = _signed_log_subtract(signs[1:], logs[1:], signs[:-1], logs[:-1])
+        out[m] = logs[0]
     return out
 
 
