@@ -18,10 +18,10 @@ from typing import Any
 import dp_accounting
 from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
-from dpcore.accountants.rdp import RdpAccountant
 from tqdm import tqdm
 
 from dpcore.accountants.pld import PldAccountant
+from dpcore.accountants.rdp import RdpAccountant
 from dpcore.events import dpsgd_event
 from dpcore.provenance import provenance
 
