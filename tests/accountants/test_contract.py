@@ -242,10 +242,14 @@ def test_pld_interval_lies_below_rdp(q: float, sigma: float, steps: int, delta: 
     q=st.floats(min_value=1e-4, max_value=0.5),
     sigma=st.floats(min_value=0.5, max_value=20.0),
     steps=st.integers(min_value=1, max_value=20_000),
-    delta=st.floats(min_value=1e-12, max_value=0.1),
+    delta=st.floats(min_value=1e-10, max_value=0.1),
 )
 def test_pld_interval_lies_below_rdp_wide(q: float, sigma: float, steps: int, delta: float) -> None:
-    """The same ordering over a continuous, much wider parameter range (slow session)."""
+    """The same ordering over a continuous, much wider parameter range (slow session).
+
+    Deltas stop at 1e-10: near the FFT roundoff floor (~1e-12) the certified upper bound is
+    deliberately infinite, which is honest but not below RDP.
+    """
     event = dpsgd_event(sampling_probability=q, noise_multiplier=sigma, steps=steps)
     interval = PldAccountant().compose(event).get_epsilon_interval(delta)
     with _quiet():

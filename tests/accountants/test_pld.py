@@ -165,3 +165,12 @@ def test_state_round_trip_is_exact() -> None:
     restored = PldAccountant.from_json(accountant.to_json())
     assert restored.to_json() == accountant.to_json()
     assert restored.get_epsilon(1e-5) == accountant.get_epsilon(1e-5)
+
+
+@pytest.mark.parametrize(("q", "sigma", "steps"), [(0.5, 1.0, 342), (0.0001, 1.0, 1)])
+def test_tiny_delta_keeps_the_bracket_ordered(q: float, sigma: float, steps: int) -> None:
+    # Regressions found by the slow property search: at delta = 1e-12 FFT roundoff matters;
+    # the bracket must stay ordered (an infinite upper end would be honest, crossing is not).
+    event = dpsgd_event(sampling_probability=q, noise_multiplier=sigma, steps=steps)
+    interval = PldAccountant().compose(event).get_epsilon_interval(1e-12)
+    assert interval.lower <= interval.upper
