@@ -23,6 +23,8 @@ __all__ = ["LossPmf", "compose_many", "garble_atoms", "split_atoms"]
 #: Tail mass allowed outside the FFT window on each side, per composition (an upper bound via
 #: Chernoff; it is reported in ``error_mass`` and added to delta for the certified bound).
 TAIL_MASS = 1e-18
+#: Floating-point allowance added to every composed PLD's error mass (sums of ~1e6 terms).
+FLOAT_ALLOWANCE = 1e-15
 _CHERNOFF_SPREAD = 2.0 ** np.arange(-12, 4)
 
 
@@ -277,7 +279,9 @@ def compose_many(parts: Sequence[tuple[LossPmf, int]]) -> LossPmf:
     if not parts:
         return LossPmf(1.0, 0, np.ones(1), 0.0)
     if len(parts) == 1 and parts[0][1] == 1:
-        return parts[0][0]  # nothing to convolve: exact, no FFT roundoff
+        # Nothing to convolve; only the rounding of the discretisation's own sums remains.
+        pmf = parts[0][0]
+        return dataclasses.replace(pmf, error_mass=pmf.error_mass + FLOAT_ALLOWANCE)
     h = parts[0][0].grid_spacing
     if any(not math.isclose(pmf.grid_spacing, h, rel_tol=1e-12) for pmf, _ in parts):
         spacings = sorted({pmf.grid_spacing for pmf, _ in parts})
@@ -314,6 +318,6 @@ def compose_many(parts: Sequence[tuple[LossPmf, int]]) -> LossPmf:
     # estimates the noise amplitude; every entry may carry that much (an estimate, not a proof).
     # It puts a floor of roughly 1e-13..1e-11 under the deltas this module can certify: below
     # it the upper bound becomes infinite rather than wrong.
-    roundoff = float(-values.min(initial=0.0)) * values.size
+    roundoff = max(float(-values.min(initial=0.0)) * values.size, FLOAT_ALLOWANCE)
     pmf_out = np.maximum(values, 0.0)
     return LossPmf(h, base + lo, pmf_out, infinity, error + tail + roundoff)
