@@ -24,11 +24,11 @@ def advanced_composition_epsilon(steps: list[tuple[float, float, int]], slack: f
     """epsilon' of advanced composition for steps (epsilon_i, delta_i, count_i), delta' = slack."""
     if any(math.isinf(e) for e, _, _ in steps):
         return math.inf
+    basic = math.fsum(n * e for e, _, n in steps)
+    if slack <= 0 or any(e > 50 for e, _, _ in steps):
+        return basic  # with such a step the drift term alone exceeds basic composition
     squares = math.fsum(n * e * e for e, _, n in steps)
     drift = math.fsum(n * e * math.expm1(e) for e, _, n in steps)
-    basic = math.fsum(n * e for e, _, n in steps)
-    if slack <= 0:
-        return basic
     return min(basic, math.sqrt(2 * math.log(1 / slack) * squares) + drift)
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
+import numpy as np
+
 from dpcore.accountants.base import PrivacyAccountant, handles
 from dpcore.accountants.inversion import delta_for_epsilon
 from dpcore.events import EpsilonDeltaEvent, GaussianEvent, LaplaceEvent, PoissonSampledEvent
@@ -23,8 +25,14 @@ __all__ = ["BasicCompositionAccountant", "amplify"]
 def amplify(*, epsilon: float, delta: float, sampling_probability: float) -> tuple[float, float]:
     """(epsilon, delta) of a mechanism on a Poisson sample (Balle, Barthe, Gaboardi 2018, Thm 8)."""
     q = sampling_probability
+    if q == 0:
+        return 0.0, 0.0
     if math.isinf(epsilon):
-        return (math.inf, q * delta) if q > 0 else (0.0, 0.0)
+        return math.inf, q * delta
+    if epsilon > 700:  # e^epsilon overflows: log(1 - q + q e^eps) in log space
+        return float(
+            np.logaddexp(math.log1p(-q) if q < 1 else -math.inf, math.log(q) + epsilon)
+        ), q * delta
     return math.log1p(q * math.expm1(epsilon)), q * delta
 
 

@@ -195,8 +195,19 @@ class PldAccountant(PrivacyAccountant):
     def _start_spacing(self) -> float:
         if self._settled is not None:
             return self._settled
-        spacing = self._spacing or _INITIAL_SPACING
-        return max(spacing, self._loss_range() / _MAX_STEP_POINTS)
+        spacing = max(self._spacing or _INITIAL_SPACING, self._loss_range() / _MAX_STEP_POINTS)
+        # Keep the composed grid bounded: estimate its width from the composed mean and
+        # variance of the loss (a Gaussian-tail guess; the Chernoff window may be a bit wider).
+        mean = variance = 0.0
+        for event, count in self._counts.items():
+            for upper, _ in self._step_pmfs(event, spacing):
+                weights = upper.pmf / max(upper.pmf.sum(), 1e-300)
+                losses = upper.losses()
+                step_mean = float(weights @ losses)
+                mean = max(mean, count * step_mean)
+                variance = max(variance, count * float(weights @ (losses - step_mean) ** 2))
+        width = abs(mean) + 25 * math.sqrt(variance) + self._loss_range()
+        return max(spacing, width / _MAX_GRID_POINTS)
 
     def _composed(self, spacing: float) -> list[_Direction]:
         if spacing not in self._cache:

@@ -34,15 +34,21 @@ def _log_a_integer(q: float, sigma: float, order: int) -> float:
     """log A_a for integer a (Mironov, Talwar, Zhang 2019, Sec. 3.3, binomial expansion):
 
     A_a = sum_{k=0}^{a} C(a, k) (1 - q)^{a - k} q^k exp((k^2 - k) / (2 sigma^2)).
+
+    Since the binomial weights sum to one, A_a - 1 = sum_{k>=2} C(a,k) (1-q)^{a-k} q^k
+    expm1((k^2 - k) / (2 sigma^2)), a sum of positive terms; log A_a = log1p(A_a - 1) keeps full
+    relative accuracy when A_a - 1 is tiny (q ~ 1e-9), where summing the raw terms would round
+    the RDP to 0 -- an epsilon of 0 for a mechanism that is not perfectly private.
     """
-    k = np.arange(order + 1, dtype=float)
-    terms = (
-        _log_comb(order, k)
-        + k * math.log(q)
-        + (order - k) * math.log1p(-q)
-        + (k * k - k) / (2 * sigma**2)
-    )
-    return float(special.logsumexp(terms))
+    if order < 2:
+        return 0.0
+    k = np.arange(2, order + 1, dtype=float)
+    exponent = (k * k - k) / (2 * sigma**2)
+    # log(expm1(x)) without overflow: x + log1p(-e^{-x}).
+    log_expm1 = exponent + np.log(-np.expm1(-exponent))
+    terms = _log_comb(order, k) + k * math.log(q) + (order - k) * math.log1p(-q) + log_expm1
+    log_excess = float(special.logsumexp(terms))
+    return float(np.logaddexp(0.0, log_excess))
 
 
 def _log_erfc(x: float) -> float:
@@ -113,7 +119,10 @@ def subsampled_gaussian_rdp(
         elif float(order).is_integer():
             out[index] = _log_a_integer(q, sigma, int(order)) / (order - 1)
         else:
-            out[index] = _log_a_fractional(q, sigma, float(order)) / (order - 1)
+            value = _log_a_fractional(q, sigma, float(order)) / (order - 1)
+            # For tiny q the series' sum is 1 + O(q^2) and rounding can leave 0 or less: such an
+            # order is dropped (inf) rather than allowed to certify epsilon = 0.
+            out[index] = value if value > 0 else math.inf
     return out
 
 

@@ -90,7 +90,8 @@ class LossPmf:
         Neyman–Pearson: reject P first where dQ/dP is largest, i.e. in increasing loss order.
         """
         with np.errstate(divide="ignore"):
-            q_masses = np.exp(np.log(self.pmf) - self.losses())
+            # One atom's Q-mass cannot exceed 1; larger values can only be FFT noise.
+            q_masses = np.exp(np.minimum(np.log(self.pmf) - self.losses(), 0.0))
         q_only = max(0.0, 1.0 - float(q_masses.sum()))
         alpha = np.concatenate([[0.0, 0.0], np.cumsum(self.pmf)])
         beta = np.concatenate([[1.0, 1.0 - q_only], 1.0 - q_only - np.cumsum(q_masses)])
@@ -123,6 +124,17 @@ def _from_bins(
     start = int(index.min())
     pmf = np.bincount(index - start, weights=masses)
     return LossPmf(grid_spacing, start, np.maximum(pmf, 0.0), float(infinity_mass))
+
+
+#: Losses below this are never represented: e^{-loss} would overflow, and an atom there has
+#: P-mass below e^{-700} times its Q-mass. Pessimistic grids move such P-mass up to it (a split),
+#: optimistic grids drop it.
+_LOWEST_LOSS = -700.0
+
+
+def _lowest_index(min_index: int | None, grid_spacing: float) -> int:
+    floor = math.ceil(_LOWEST_LOSS / grid_spacing)
+    return floor if min_index is None else max(min_index, floor)
 
 
 def _finite_atoms(
@@ -161,6 +173,7 @@ def split_atoms(
     p, q, infinity = _finite_atoms(p_masses, q_masses)
     losses = np.log(p) - np.log(q)
     lower, _ = _grid_index(losses, h)
+    min_index = _lowest_index(min_index, h)
     if min_index is not None:
         low = lower < min_index
         lower = np.where(low, min_index, lower)
@@ -188,6 +201,7 @@ def garble_atoms(
     grid_spacing: float,
     min_index: int,
     max_index: int,
+    finite_losses: bool = False,
 ) -> LossPmf:
     """Optimistic grid PLD: a pair *dominated* by the atoms (its deltas are lower bounds).
 
@@ -196,12 +210,20 @@ def garble_atoms(
     loses the excess P-mass; one that lands below borrows the needed fraction of the next atom
     (a further garbling), or failing that keeps its P-mass one grid step lower with added Q-mass.
     Removing P-mass, adding Q-mass and merging never increase a hockey-stick divergence, also
-    after composition. Atoms below ``min_index`` are dropped; atoms above ``max_index`` keep
-    their P-mass at that loss (Q-mass added).
+    after composition. Atoms below ``min_index`` are dropped; atoms above ``max_index`` (at most
+    700 / grid_spacing, where e^{-loss} still exists in floating point) keep their P-mass at that
+    loss (Q-mass added). With ``finite_losses`` (pairs whose true losses are all finite) an atom
+    whose Q-mass underflowed to 0 is such an atom too, not an infinite loss.
     """
     h = check_positive("grid_spacing", grid_spacing)
+    max_index = min(max_index, math.floor(-_LOWEST_LOSS / h))
+    if finite_losses:
+        p_in, q_in = np.asarray(p_masses, dtype=float), np.asarray(q_masses, dtype=float)
+        underflow = (p_in > 0) & (q_in <= 0)
+        q_masses = np.where(underflow, p_in * math.exp(-max_index * h), q_in)
     p, q, infinity = _finite_atoms(p_masses, q_masses)
     lower, frac = _grid_index(np.log(p) - np.log(q), h)
+    min_index = _lowest_index(min_index, h)
     top = lower >= max_index
     lower = np.where(top, max_index, lower)
     q = np.where(top, np.exp(np.log(p) - max_index * h), q)

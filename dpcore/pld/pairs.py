@@ -67,16 +67,24 @@ class GridPair:
         fine = np.arange(lo * _SUBCELLS, hi * _SUBCELLS + 1) * (grid_spacing / _SUBCELLS)
         p, q = self._atoms(fine)
         return garble_atoms(
-            p_masses=p, q_masses=q, grid_spacing=grid_spacing, min_index=lo, max_index=hi
+            p_masses=p,
+            q_masses=q,
+            grid_spacing=grid_spacing,
+            min_index=lo,
+            max_index=hi,
+            finite_losses=True,  # Gaussian and Laplace pairs have no outcome Q cannot produce
         )
 
 
 def _mixture_threshold(loss: np.ndarray, q: float, sigma: float) -> np.ndarray:
     """x with log(1 - q + q exp((2x - 1) / (2 sigma^2))) = loss (-inf below the range)."""
-    inner = np.expm1(loss) + q  # e^l - (1 - q)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        x = sigma**2 * (np.log(inner) - math.log(q)) + 0.5
-    return np.where(inner > 0, x, -np.inf)
+    loss = np.asarray(loss, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        inner = np.expm1(np.minimum(loss, 30.0)) + q  # e^l - (1 - q), for moderate l
+        # log(e^l - (1 - q)) = l + log1p(-(1 - q) e^{-l}): no overflow for large l.
+        log_inner = np.where(loss > 30.0, loss + np.log1p(-(1 - q) * np.exp(-loss)), np.log(inner))
+        x = sigma**2 * (log_inner - math.log(q)) + 0.5
+    return np.where((loss > 30.0) | (inner > 0), x, -np.inf)
 
 
 def _mixture_cdfs(x: np.ndarray, q: float, sigma: float) -> tuple[np.ndarray, np.ndarray]:
@@ -110,11 +118,10 @@ def subsampled_gaussian_pairs(
         return special.ndtr(-x / sigma), special.ndtr(x / sigma), q_le, q_gt
 
     def loss_at(x: float) -> float:
-        return (
-            math.log1p(-q + q * math.exp((2 * x - 1) / (2 * sigma**2)))
-            if q < 1
-            else ((2 * x - 1) / (2 * sigma**2))
-        )
+        exponent = (2 * x - 1) / (2 * sigma**2)
+        if q == 1:
+            return exponent
+        return float(np.logaddexp(math.log1p(-q), math.log(q) + exponent))
 
     high = loss_at(1 + _TAIL_Z * sigma)
     low = loss_at(-_TAIL_Z * sigma)
