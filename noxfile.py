@@ -49,6 +49,13 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session
+def audit(session: nox.Session) -> None:
+    """Run the empirical privacy audits; results and reports in audits/results/."""
+    _install(session, extras="[plot,progress]")
+    session.run("python", "-m", "audits", *session.posargs)
+
+
+@nox.session
 def reproduce(session: nox.Session) -> None:
     """Regenerate every figure in figures/ (data beside each) from scratch."""
     _install(session, extras="[plot,progress]")

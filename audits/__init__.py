@@ -1,0 +1,1 @@
+"""Empirical privacy audits: ``nox -s audit`` writes audits/results/<audit>.json and a report."""

@@ -1,0 +1,27 @@
+"""Saving audit results (one JSON list per audit, with provenance beside it)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from dpcore.provenance import provenance
+
+RESULTS = Path(__file__).resolve().parent / "results"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def save(audit: str, rows: list[dict[str, Any]], config: dict[str, Any]) -> Path:
+    """Write ``results/<audit>.json`` (the rows) and ``results/<audit>.meta.json``."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{audit}.json"
+    path.write_text(json.dumps(rows, indent=1, allow_nan=False) + "\n")
+    meta = provenance(root=ROOT, audit=audit, config=config)
+    (RESULTS / f"{audit}.meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+    return path
+
+
+def load(audit: str) -> list[dict[str, Any]]:
+    """Read what :func:`save` wrote."""
+    return list(json.loads((RESULTS / f"{audit}.json").read_text()))
