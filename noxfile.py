@@ -21,14 +21,14 @@ def _install(session: nox.Session, *groups: str, extras: str = "") -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """Run the default test suite (doctests included, slow tests excluded)."""
-    _install(session, "test")
+    _install(session, "test", extras="[plot,progress]")
     session.run("pytest", "dpcore", "tests", "-m", "not slow", *session.posargs)
 
 
 @nox.session
 def slow(session: nox.Session) -> None:
-    """Run only the tests marked slow (wide cross-checks against peers)."""
-    _install(session, "test")
+    """Run only the tests marked slow (wide property searches)."""
+    _install(session, "test", extras="[plot,progress]")
     session.run("pytest", "tests", "-m", "slow", *session.posargs)
 
 

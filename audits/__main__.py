@@ -8,9 +8,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from audits import mechanisms, report
+from audits import clt_check, mechanisms, report
 
-AUDITS: dict[str, Callable[[], Any]] = {"mechanisms": mechanisms.run}
+#: name -> (run, write the report from the saved results)
+AUDITS: dict[str, tuple[Callable[[], Any], Callable[[], None]]] = {
+    "mechanisms": (mechanisms.run, lambda: report.write("mechanisms")),
+    "clt_check": (clt_check.run, clt_check.write_report),
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,8 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     for name in args.only or list(AUDITS):
         start = time.perf_counter()
-        AUDITS[name]()
-        report.write(name)
+        run, write_report = AUDITS[name]
+        run()
+        write_report()
         print(f"{name}: done in {time.perf_counter() - start:.1f} s")
     return 0
 
