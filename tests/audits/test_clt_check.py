@@ -1,4 +1,4 @@
-"""The CLT check rejects the CLT's mu where it understates epsilon; it stays below the tight bound."""
+"""The CLT check rejects the CLT's mu where the CLT understates epsilon, below the tight bound."""
 
 from __future__ import annotations
 
