@@ -90,6 +90,28 @@ def _upper_rate(errors: int, trials: int, failure: float) -> float:
     return float(special.betaincinv(errors + 1, trials - errors, 1 - failure))
 
 
+def _rate_bounds(
+    false_positives: int,
+    negatives: int,
+    false_negatives: int,
+    positives: int,
+    delta: float,
+    confidence: float,
+) -> tuple[float, float, float, float]:
+    """(FPR_hi, FNR_hi, delta, confidence): each rate bound fails w.p. (1 - confidence) / 2."""
+    fp, negatives = _check_counts(false_positives, negatives, "false_positives", "negatives")
+    fn, positives = _check_counts(false_negatives, positives, "false_negatives", "positives")
+    delta = check_delta("delta", delta)
+    confidence = _check_confidence(confidence)
+    failure = (1 - confidence) / 2
+    return (
+        _upper_rate(fp, negatives, failure),
+        _upper_rate(fn, positives, failure),
+        delta,
+        confidence,
+    )
+
+
 def epsilon_lower_bound(
     *,
     false_positives: int,
@@ -106,13 +128,9 @@ def epsilon_lower_bound(
     FPR + e^eps FNR >= 1 - delta and FNR + e^eps FPR >= 1 - delta (Kairouz et al. 2015), so
     eps >= max(log((1 - delta - FPR_hi) / FNR_hi), log((1 - delta - FNR_hi) / FPR_hi), 0).
     """
-    fp, negatives = _check_counts(false_positives, negatives, "false_positives", "negatives")
-    fn, positives = _check_counts(false_negatives, positives, "false_negatives", "positives")
-    delta = check_delta("delta", delta)
-    confidence = _check_confidence(confidence)
-    failure = (1 - confidence) / 2
-    fpr = _upper_rate(fp, negatives, failure)
-    fnr = _upper_rate(fn, positives, failure)
+    fpr, fnr, delta, confidence = _rate_bounds(
+        false_positives, negatives, false_negatives, positives, delta, confidence
+    )
     candidates = [0.0]
     for a, b in ((fpr, fnr), (fnr, fpr)):
         if 1 - delta - a > 0 and b > 0:
@@ -138,13 +156,9 @@ def gdp_lower_bound(
     that is mu-GDP for some mu, e.g. the Gaussian mechanism; much tighter than
     :func:`epsilon_lower_bound` for such mechanisms.
     """
-    fp, negatives = _check_counts(false_positives, negatives, "false_positives", "negatives")
-    fn, positives = _check_counts(false_negatives, positives, "false_negatives", "positives")
-    delta = check_delta("delta", delta)
-    confidence = _check_confidence(confidence)
-    failure = (1 - confidence) / 2
-    fpr = _upper_rate(fp, negatives, failure)
-    fnr = _upper_rate(fn, positives, failure)
+    fpr, fnr, delta, confidence = _rate_bounds(
+        false_positives, negatives, false_negatives, positives, delta, confidence
+    )
     mu = max(0.0, float(special.ndtri(1 - fpr) - special.ndtri(fnr)))
     return AuditBound(gdp_epsilon(mu=mu, delta=delta), confidence, "gdp", mu_lower=mu)
 

@@ -14,6 +14,12 @@ from dpcore.validation import check_count, check_positive
 __all__ = ["gaussian_release", "laplace_release"]
 
 
+def _scale(noise_multiplier: float, sensitivity: float) -> float:
+    return check_positive("noise_multiplier", noise_multiplier) * check_positive(
+        "sensitivity", sensitivity
+    )
+
+
 def gaussian_release(
     value: float,
     *,
@@ -23,9 +29,7 @@ def gaussian_release(
     rng: np.random.Generator,
 ) -> np.ndarray:
     """``size`` independent releases value + N(0, (noise_multiplier * sensitivity)^2)."""
-    scale = check_positive("noise_multiplier", noise_multiplier) * check_positive(
-        "sensitivity", sensitivity
-    )
+    scale = _scale(noise_multiplier, sensitivity)
     return value + rng.normal(0.0, scale, check_count("size", size))
 
 
@@ -38,7 +42,5 @@ def laplace_release(
     rng: np.random.Generator,
 ) -> np.ndarray:
     """``size`` releases value + Lap(noise_multiplier * sensitivity): (1/multiplier)-DP."""
-    scale = check_positive("noise_multiplier", noise_multiplier) * check_positive(
-        "sensitivity", sensitivity
-    )
+    scale = _scale(noise_multiplier, sensitivity)
     return value + rng.laplace(0.0, scale, check_count("size", size))
