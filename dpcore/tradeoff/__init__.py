@@ -1,7 +1,14 @@
 """Tradeoff functions (f-DP) as objects: closed forms, operations, conversions.
 
-Convention (Dong, Roth, Su 2019): T(P, Q)(alpha) = inf{beta_phi : alpha_phi <= alpha}, with
-alpha_phi = E_P[phi] the type I and beta_phi = 1 - E_Q[phi] the type II error.
+Convention (Dong, Roth, Su 2019, arXiv 1905.02383): for a rejection rule phi,
+alpha_phi = E_P[phi] is the type I and beta_phi = 1 - E_Q[phi] the type II error, and
+T(P, Q)(alpha) = inf{beta_phi : alpha_phi <= alpha}. Valid tradeoff functions are exactly the
+convex, continuous, non-increasing f on [0, 1] with f(alpha) <= 1 - alpha (their Prop. 2.2).
+
+Numerical results state their direction: operations on curves without exact vertices
+(composition, subsampling, inversion, symmetrisation) work on a polygon *below* the curve and
+return a curve below the exact answer (pessimistic: privacy is never overstated), and
+``delta(epsilon)`` of such curves is an upper bound. :func:`from_samples` is an estimate only.
 """
 
 from dpcore.tradeoff.base import TradeoffFunction
@@ -15,9 +22,9 @@ from dpcore.tradeoff.closed_forms import (
 from dpcore.tradeoff.conversion import (
     EpsilonDeltaEnvelope,
     from_epsilon_delta_curve,
-    from_samples,
     to_epsilon_delta_curve,
 )
+from dpcore.tradeoff.empirical import from_samples
 from dpcore.tradeoff.operations import (
     compose,
     convex_hull,
