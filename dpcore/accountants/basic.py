@@ -1,59 +1,101 @@
 """Basic composition: (sum of epsilons, sum of deltas) (Dwork & Roth 2014, Thm 3.16).
 
-Gaussian steps have a curve, not one (epsilon, delta): at query time the target delta (after
-the deltas of pure/approximate steps) is split evenly over the Gaussian steps, each step's
-epsilon is the exact Gaussian epsilon at its share (Balle & Wang 2018), and Poisson sampling
-amplifies a step's (epsilon, delta) to (log(1 + q (e^epsilon - 1)), q delta) (Balle, Barthe,
-Gaboardi 2018, Thm 8; Li, Qardaji, Su 2012).
+Supported steps and the (epsilon, delta) each one contributes:
+
+* :class:`EpsilonDeltaEvent` -- its own (epsilon, delta);
+* :class:`LaplaceEvent` with scale b (relative to the L1 sensitivity) -- (1/b, 0);
+* :class:`PoissonSampledEvent` of either -- amplified by sampling to
+  (log(1 + q (e^epsilon - 1)), q delta) (Balle, Barthe, Gaboardi 2018, Thm 8; Li, Qardaji, Su
+  2012);
+* :class:`GaussianEvent` and :class:`PoissonSampledEvent` of a Gaussian -- see below.
+
+A Gaussian step has a whole curve of (epsilon, delta), not one pair, so it is fixed only at query
+time. **Delta split (our choice):** ``get_epsilon(delta)`` first pays the deltas of the fixed
+steps; the remaining budget is divided *evenly over the Gaussian steps* (one share per step,
+whatever its q or sigma). A step sampled with rate q runs its Gaussian at delta_g = share / q, so
+that after amplification it spends q delta_g = share; its epsilon is the exact analytic Gaussian
+epsilon at delta_g (Balle & Wang 2018, Thm 8), then amplified. An even split is simple and
+reproducible, not optimal for heterogeneous steps; every split is valid, so the answer is an
+upper bound. ``get_delta(epsilon)`` inverts ``get_epsilon`` by bisection on log delta and
+returns the upper end of the final bracket, so the delta it returns certifies epsilon.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
+from typing import cast
 
 import numpy as np
 
 from dpcore.accountants.base import PrivacyAccountant, handles
 from dpcore.accountants.inversion import delta_for_epsilon
 from dpcore.events import EpsilonDeltaEvent, GaussianEvent, LaplaceEvent, PoissonSampledEvent
-from dpcore.mechanisms.gaussian import gdp_epsilon
+from dpcore.mechanisms.gaussian import gaussian_epsilon
+from dpcore.validation import check_delta_closed, check_non_negative, check_probability
 
-__all__ = ["BasicCompositionAccountant", "amplify"]
+__all__ = ["BasicCompositionAccountant", "StepLedger", "amplify"]
+
+#: (epsilon, delta, count): ``count`` steps, each (epsilon, delta)-DP.
+Step = tuple[float, float, int]
+
+# The Gaussian budget is shrunk by this relative margin so that rounding in the split (share / q,
+# then q * delta_g, summed) can never make the spent delta exceed the target.
+_ROUNDING_MARGIN = 1e-9
+# delta_g is capped below 1 (gaussian_epsilon needs delta < 1); there epsilon is already 0.
+_MAX_STEP_DELTA = 1.0 - 1e-12
 
 
 def amplify(*, epsilon: float, delta: float, sampling_probability: float) -> tuple[float, float]:
-    """(epsilon, delta) of a mechanism on a Poisson sample (Balle, Barthe, Gaboardi 2018, Thm 8)."""
-    q = sampling_probability
+    """(epsilon, delta) of an (epsilon, delta)-DP mechanism run on a Poisson sample of rate q.
+
+    The result is (log(1 + q (e^epsilon - 1)), q delta) (Balle, Barthe, Gaboardi 2018, Thm 8;
+    Li, Qardaji, Su 2012), computed without overflow for large epsilon.
+
+    >>> amplify(epsilon=1.0, delta=1e-6, sampling_probability=0.5)
+    (0.6201145069582775, 5e-07)
+
+    Raises:
+        InvalidParameterError: epsilon < 0 or NaN, delta outside [0, 1), q outside [0, 1].
+    """
+    epsilon = check_non_negative("epsilon", epsilon, allow_infinity=True)
+    delta = check_delta_closed("delta", delta)
+    q = check_probability("sampling_probability", sampling_probability)
     if q == 0:
         return 0.0, 0.0
     if math.isinf(epsilon):
         return math.inf, q * delta
-    if epsilon > 700:  # e^epsilon overflows: log(1 - q + q e^eps) in log space
-        return float(
-            np.logaddexp(math.log1p(-q) if q < 1 else -math.inf, math.log(q) + epsilon)
-        ), q * delta
+    if epsilon > 700:  # e^epsilon overflows: log(1 - q + q e^epsilon) in log space
+        log_rest = math.log1p(-q) if q < 1 else -math.inf
+        return float(np.logaddexp(log_rest, math.log(q) + epsilon)), q * delta
     return math.log1p(q * math.expm1(epsilon)), q * delta
 
 
-class _StepLedger(PrivacyAccountant):
-    """Shared bookkeeping: fixed (epsilon, delta) steps and Gaussian steps awaiting a delta."""
+def _laplace_epsilon(scale: float) -> float:
+    """Laplace mechanism with scale b x L1 sensitivity is (1/b)-DP (Dwork & Roth, Thm 3.6)."""
+    return math.inf if scale == 0 else 1.0 / scale
+
+
+class StepLedger(PrivacyAccountant):
+    """Bookkeeping shared by basic and advanced composition (not itself an accountant).
+
+    Steps with a fixed guarantee are kept as (epsilon, delta) -> count; Gaussian steps as
+    (q, sigma) -> count (q = 1 for an unsampled Gaussian), to be given a delta at query time.
+    """
 
     def __init__(self) -> None:
         super().__init__()
-        # (epsilon, delta) -> count for steps with a fixed guarantee.
         self._fixed: dict[tuple[float, float], int] = defaultdict(int)
-        # (q, sigma) -> count for (sampled) Gaussian steps.
         self._gaussian: dict[tuple[float, float], int] = defaultdict(int)
 
     @handles((EpsilonDeltaEvent,))
-    def _pure(self, event: EpsilonDeltaEvent, count: int) -> None:
-        self._fixed[(event.epsilon, event.delta)] += count
+    def _epsilon_delta(self, event: EpsilonDeltaEvent, count: int) -> None:
+        if event.epsilon > 0 or event.delta > 0:
+            self._fixed[(event.epsilon, event.delta)] += count
 
     @handles((LaplaceEvent,))
     def _laplace(self, event: LaplaceEvent, count: int) -> None:
-        b = event.noise_multiplier
-        self._fixed[(math.inf if b == 0 else 1 / b, 0.0)] += count
+        self._fixed[(_laplace_epsilon(event.noise_multiplier), 0.0)] += count
 
     @handles((GaussianEvent,))
     def _plain_gaussian(self, event: GaussianEvent, count: int) -> None:
@@ -61,57 +103,72 @@ class _StepLedger(PrivacyAccountant):
 
     @handles((PoissonSampledEvent, GaussianEvent))
     def _sampled_gaussian(self, event: PoissonSampledEvent, count: int) -> None:
-        inner = event.event
-        assert isinstance(inner, GaussianEvent)  # guaranteed by the registry signature
-        if event.sampling_probability > 0:
+        inner = cast(GaussianEvent, event.event)  # the registry signature guarantees the type
+        if event.sampling_probability > 0:  # q = 0: the record is never used
             self._gaussian[(event.sampling_probability, inner.noise_multiplier)] += count
 
     @handles((PoissonSampledEvent, LaplaceEvent), (PoissonSampledEvent, EpsilonDeltaEvent))
     def _sampled_fixed(self, event: PoissonSampledEvent, count: int) -> None:
         inner = event.event
         if isinstance(inner, LaplaceEvent):
-            b = inner.noise_multiplier
-            epsilon, delta = (math.inf if b == 0 else 1 / b), 0.0
+            epsilon, delta = _laplace_epsilon(inner.noise_multiplier), 0.0
         else:
-            assert isinstance(inner, EpsilonDeltaEvent)
+            inner = cast(EpsilonDeltaEvent, inner)
             epsilon, delta = inner.epsilon, inner.delta
-        if event.sampling_probability > 0:
-            self._fixed[
-                amplify(
-                    epsilon=epsilon, delta=delta, sampling_probability=event.sampling_probability
-                )
-            ] += count
+        amplified = amplify(
+            epsilon=epsilon, delta=delta, sampling_probability=event.sampling_probability
+        )
+        if amplified != (0.0, 0.0):
+            self._fixed[amplified] += count
 
-    def _steps(self, gaussian_delta: float) -> list[tuple[float, float, int]]:
-        """All steps as (epsilon, delta, count); Gaussian steps share ``gaussian_delta``."""
-        steps = [(e, d, n) for (e, d), n in self._fixed.items() if e > 0 or d > 0]
-        total = max(1, sum(self._gaussian.values()))
-        for (q, sigma), n in self._gaussian.items():
-            if sigma == 0:
-                steps.append((math.inf, 0.0, n))
+    # ----------------------------------------------------------------- helpers
+    def _fixed_delta(self) -> float:
+        """Sum of the deltas of the steps with a fixed guarantee."""
+        return math.fsum(delta * count for (_, delta), count in self._fixed.items())
+
+    def _fixed_steps(self) -> list[Step]:
+        return [(epsilon, delta, count) for (epsilon, delta), count in self._fixed.items()]
+
+    def _gaussian_steps(self, budget: float) -> list[Step]:
+        """The Gaussian steps as (epsilon, delta, count), sharing ``budget`` evenly per step.
+
+        Each step spends at most ``budget * (1 - 1e-9) / number_of_gaussian_steps``.
+        """
+        total = sum(self._gaussian.values())
+        share = budget * (1 - _ROUNDING_MARGIN) / max(total, 1)
+        steps: list[Step] = []
+        for (q, sigma), count in self._gaussian.items():
+            step_delta = min(share / q, _MAX_STEP_DELTA)
+            if sigma == 0 or step_delta <= 0:  # no noise, or a share that underflowed to 0
+                steps.append((math.inf, 0.0, count))
                 continue
-            share = gaussian_delta / total  # this step's delta after amplification
-            inner = gdp_epsilon(mu=1 / sigma, delta=min(share / q, 1 - 1e-12))
-            epsilon, delta = amplify(
-                epsilon=inner, delta=min(share / q, 1 - 1e-12), sampling_probability=q
-            )
-            steps.append((epsilon, delta, n))
+            inner = gaussian_epsilon(noise_multiplier=sigma, delta=step_delta)
+            steps.append((*amplify(epsilon=inner, delta=step_delta, sampling_probability=q), count))
         return steps
 
-    def _fixed_delta(self) -> float:
-        return sum(d * n for (_, d), n in self._fixed.items())
+    @staticmethod
+    def _spent(steps: list[Step]) -> float:
+        return math.fsum(delta * count for _, delta, count in steps)
+
+    def _certified(self, steps: list[Step], target_delta: float, slack: float = 0.0) -> list[Step]:
+        """``steps`` after checking that they spend at most ``target_delta`` with ``slack``."""
+        if self._spent(steps) + slack > target_delta:  # pragma: no cover - a defect
+            raise ArithmeticError(
+                f"{type(self).__name__} split overspent delta = {target_delta!r}; please report."
+            )
+        return steps
 
     def _delta(self, epsilon: float) -> float:
         return delta_for_epsilon(self._epsilon, epsilon)
 
 
-class BasicCompositionAccountant(_StepLedger):
+class BasicCompositionAccountant(StepLedger):
     """Basic composition with amplification by sampling and an even delta split.
 
     Example:
         >>> acc = BasicCompositionAccountant().compose(EpsilonDeltaEvent(0.5, 1e-7), 10)
-        >>> acc.get_epsilon(1e-5)
-        5.0
+        >>> acc.get_epsilon(1e-5), acc.get_delta(5.0)
+        (5.0, 1e-06)
     """
 
     name = "basic"
@@ -119,5 +176,13 @@ class BasicCompositionAccountant(_StepLedger):
     def _epsilon(self, delta: float) -> float:
         budget = delta - self._fixed_delta()
         if budget < 0 or (budget == 0 and self._gaussian):
-            return math.inf
-        return math.fsum(e * n for e, _, n in self._steps(budget))
+            return math.inf  # the fixed steps alone spend the whole target
+        steps = self._fixed_steps() + self._gaussian_steps(budget)
+        return math.fsum(epsilon * count for epsilon, _, count in self._certified(steps, delta))
+
+    def _delta(self, epsilon: float) -> float:
+        if not self._gaussian:  # fixed steps only: delta is exactly their sum, or nothing works
+            fixed = self._fixed_steps()
+            spent = math.fsum(e * count for e, _, count in fixed)
+            return self._fixed_delta() if spent <= epsilon else 1.0
+        return super()._delta(epsilon)
