@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+
 import nox
 
 nox.options.sessions = ["tests"]
@@ -11,31 +14,46 @@ nox.needs_version = ">=2024.3.2"
 PYPROJECT = nox.project.load_toml("pyproject.toml")
 
 
+def _torch_constraints() -> list[str]:
+    """``-c constraints/torch-cpu.txt`` unless a GPU build is wanted.
+
+    ``DPCORE_TORCH=cpu|cuda|auto`` (default ``auto``: CUDA when ``nvidia-smi`` is on PATH).
+    Without the pin, pip resolves ``torch`` to a multi-GB CUDA build even on CPU-only machines.
+    """
+    choice = os.environ.get("DPCORE_TORCH", "auto")
+    if choice not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"Expected DPCORE_TORCH in {{auto, cpu, cuda}}, got {choice!r}.")
+    if choice == "cuda" or (choice == "auto" and shutil.which("nvidia-smi")):
+        return []
+    return ["-c", "constraints/torch-cpu.txt"]
+
+
 def _install(session: nox.Session, *groups: str, extras: str = "") -> None:
     deps: list[str] = []
     for group in groups:
         deps += nox.project.dependency_groups(PYPROJECT, group)
-    session.install("-e", f".{extras}", *deps)
+    constraints = _torch_constraints() if "torch" in extras else []
+    session.install(*constraints, "-e", f".{extras}", *deps)
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
     """Run the default test suite (doctests included, slow tests excluded)."""
-    _install(session, "test", extras="[plot,progress]")
+    _install(session, "test", extras="[torch,plot,progress]")
     session.run("pytest", "dpcore", "tests", "-m", "not slow", *session.posargs)
 
 
 @nox.session
 def slow(session: nox.Session) -> None:
     """Run only the tests marked slow (wide property searches)."""
-    _install(session, "test", extras="[plot,progress]")
+    _install(session, "test", extras="[torch,plot,progress]")
     session.run("pytest", "tests", "-m", "slow", *session.posargs)
 
 
 @nox.session
 def lint(session: nox.Session) -> None:
     """Check formatting and style with ruff and types with mypy on the package."""
-    _install(session, "lint")
+    _install(session, "lint", extras="[torch]")
     session.run("ruff", "format", "--check", ".")
     session.run("ruff", "check", ".")
     session.run("mypy")
@@ -44,19 +62,19 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def bench(session: nox.Session) -> None:
     """Time dpcore against peers; writes JSON under bench/results/ (``-- accounting`` for one)."""
-    _install(session, "bench", extras="[progress]")
+    _install(session, "bench", extras="[torch,progress]")
     session.run("python", "-m", "bench", *session.posargs)
 
 
 @nox.session
 def audit(session: nox.Session) -> None:
     """Run the empirical privacy audits; results and reports in audits/results/."""
-    _install(session, extras="[plot,progress]")
+    _install(session, extras="[torch,plot,progress]")
     session.run("python", "-m", "audits", *session.posargs)
 
 
 @nox.session
 def reproduce(session: nox.Session) -> None:
     """Regenerate every figure in figures/ (data beside each) from scratch."""
-    _install(session, extras="[plot,progress]")
+    _install(session, extras="[torch,plot,progress]")
     session.run("python", "-m", "reproductions", *session.posargs)

@@ -30,6 +30,7 @@ __all__ = [
     "DpEvent",
     "EpsilonDeltaEvent",
     "GaussianEvent",
+    "JLGaussianEvent",
     "LaplaceEvent",
     "PoissonSampledEvent",
     "SampledWithoutReplacementEvent",
@@ -79,6 +80,28 @@ class GaussianEvent(DpEvent):
     def __post_init__(self) -> None:
         value = check_non_negative("noise_multiplier", self.noise_multiplier)
         object.__setattr__(self, "noise_multiplier", value)
+
+
+@dataclasses.dataclass(frozen=True)
+class JLGaussianEvent(DpEvent):
+    """One DP-SGD-JL step (Bu et al. 2021, Alg. 1): Gaussian noise, clipping by estimated norms.
+
+    Each example's gradient is clipped with a norm *estimated* from ``jl_dimension`` (r) random
+    projections, so its contribution has the random norm ``min(||g||, C sqrt(r / X))`` with
+    ``X ~ chi^2_r`` (Lemma 4.1), which can exceed C. This is therefore not a
+    :class:`GaussianEvent` with sensitivity C, and only an accountant that models the random
+    sensitivity (Thm 4.1) may analyse it; the others raise ``UnsupportedEventError``.
+    """
+
+    kind: ClassVar[str] = "jl_gaussian"
+    noise_multiplier: float
+    jl_dimension: int
+
+    def __post_init__(self) -> None:
+        value = check_non_negative("noise_multiplier", self.noise_multiplier)
+        object.__setattr__(self, "noise_multiplier", value)
+        dimension = check_count("jl_dimension", self.jl_dimension, minimum=1)
+        object.__setattr__(self, "jl_dimension", dimension)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -247,11 +247,17 @@ def test_pld_interval_lies_below_rdp(q: float, sigma: float, steps: int, delta: 
 def test_pld_interval_lies_below_rdp_wide(q: float, sigma: float, steps: int, delta: float) -> None:
     """The same ordering over a continuous, much wider parameter range (slow session).
 
-    Deltas stop at 1e-10: near the FFT roundoff floor (~1e-12) the certified upper bound is
-    deliberately infinite, which is honest but not below RDP.
+    Deltas stop at 1e-10. Below 1e-8 the certified upper bound may be infinite: the FFT
+    roundoff floor (~1e-12 per composition, more over 10^4 steps at sigma = 0.5, e.g. q = 1e-4,
+    T = 17007, delta = 1e-10) makes it refuse, which is honest; the lower end must still lie
+    below RDP then.
     """
     event = dpsgd_event(sampling_probability=q, noise_multiplier=sigma, steps=steps)
     interval = PldAccountant().compose(event).get_epsilon_interval(delta)
     with _quiet():
         rdp = RdpAccountant().compose(event).get_epsilon(delta)
-    assert interval.lower <= interval.upper <= rdp * (1 + 1e-9)
+    assert interval.lower <= interval.upper
+    if math.isinf(interval.upper) and delta < 1e-8:
+        assert interval.lower <= rdp * (1 + 1e-9)
+    else:
+        assert interval.upper <= rdp * (1 + 1e-9)

@@ -1,0 +1,174 @@
+"""The privacy ledger: one event per training step, readable by any accountant.
+
+Each noisy step appends ``PoissonSampled(q, Gaussian(sigma))`` (DP-SGD, Abadi et al. 2016) or
+``PoissonSampled(q, JLGaussian(sigma, r))`` (DP-SGD-JL, Bu et al. 2021). Consecutive identical
+steps are stored as one run, so a 10^5-step ledger is a few entries. The ledger records *what
+ran*, never data-dependent values such as realised lot sizes (those would leak).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from dpcore.accountants import accountant_class
+from dpcore.errors import InvalidParameterError, StateError
+from dpcore.events import (
+    ComposedEvent,
+    DpEvent,
+    GaussianEvent,
+    JLGaussianEvent,
+    PoissonSampledEvent,
+    SelfComposedEvent,
+    event_from_dict,
+)
+from dpcore.provenance import git_commit
+from dpcore.validation import check_count, check_delta, check_positive, check_probability
+
+__all__ = ["PrivacyLedger"]
+
+
+@dataclasses.dataclass
+class _Run:
+    event: DpEvent
+    count: int
+
+
+class PrivacyLedger:
+    """Records the event of every noisy step of a run.
+
+    Args:
+        dataset_size: N, recorded in the statement.
+        sampler: ``"poisson"`` or ``"shuffled_fixed_size"`` (the latter does not match the
+            Poisson analysis; the statement says so and labels its epsilon accordingly).
+
+    Example:
+        >>> ledger = PrivacyLedger(dataset_size=60_000)
+        >>> for _ in range(3):
+        ...     _ = ledger.record(sampling_probability=0.01, noise_multiplier=1.0)
+        >>> ledger.steps, round(ledger.epsilon(delta=1e-5, accountant="rdp"), 2)
+        (3, 0.99)
+    """
+
+    def __init__(self, *, dataset_size: int, sampler: str = "poisson") -> None:
+        self.dataset_size = check_count("dataset_size", dataset_size, minimum=1)
+        if sampler not in ("poisson", "shuffled_fixed_size"):
+            raise InvalidParameterError("sampler", "in {'poisson', 'shuffled_fixed_size'}", sampler)
+        self.sampler = sampler
+        self._runs: list[_Run] = []
+
+    @property
+    def matches_poisson_analysis(self) -> bool:
+        """Whether the lots were Poisson-sampled, as every DP-SGD accountant assumes."""
+        return self.sampler == "poisson"
+
+    def record(
+        self,
+        *,
+        sampling_probability: float,
+        noise_multiplier: float,
+        jl_dimension: int | None = None,
+    ) -> DpEvent:
+        """Append one step; returns its event."""
+        q = check_probability("sampling_probability", sampling_probability)
+        sigma = check_positive("noise_multiplier", noise_multiplier)
+        inner: DpEvent = (
+            GaussianEvent(sigma) if jl_dimension is None else JLGaussianEvent(sigma, jl_dimension)
+        )
+        event = PoissonSampledEvent(q, inner)
+        if self._runs and self._runs[-1].event == event:
+            self._runs[-1].count += 1
+        else:
+            self._runs.append(_Run(event, 1))
+        return event
+
+    @property
+    def steps(self) -> int:
+        """The number of noisy steps recorded."""
+        return sum(run.count for run in self._runs)
+
+    @property
+    def uses_jl(self) -> bool:
+        """Whether any step clipped by JL-estimated norms."""
+        return any(isinstance(run.event.event, JLGaussianEvent) for run in self._runs)  # type: ignore[attr-defined]
+
+    def event(self) -> DpEvent:
+        """Everything recorded, as one composed event."""
+        return ComposedEvent(SelfComposedEvent(run.event, run.count) for run in self._runs)
+
+    def epsilon(self, *, delta: float, accountant: str = "pld") -> float:
+        """Epsilon at ``delta`` from the named accountant (``rdp``, ``pld``, ``gdp_clt``, ...).
+
+        Raises:
+            UnsupportedEventError: the accountant cannot analyse a recorded step (e.g. a JL step
+                for an accountant without the JL rule).
+        """
+        target = check_delta("delta", delta)
+        return accountant_class(accountant)().compose(self.event()).get_epsilon(target)
+
+    def statement(
+        self, *, delta: float, accountants: tuple[str, ...] = ("rdp", "pld"), **extra: Any
+    ) -> dict[str, Any]:
+        """A machine-readable privacy statement of the run so far.
+
+        It names the sampler and whether it matches the Poisson analysis, the neighbouring
+        relation, delta, each accountant's epsilon and the direction of its answer (an accountant
+        that cannot analyse the steps is listed with its reason instead of a number), the JL flag,
+        the events and the library commit. Extra keyword arguments (clipping norm, model name,
+        ...) are stored under ``"run"``.
+        """
+        target = check_delta("delta", delta)
+        results: dict[str, Any] = {}
+        for name in accountants:
+            cls = accountant_class(name)
+            instance = cls()
+            reason = instance.unsupported_reason(self.event())
+            if reason is not None:
+                results[name] = {"epsilon": None, "unsupported": reason}
+                continue
+            epsilon = instance.compose(self.event()).get_epsilon(target)
+            results[name] = {
+                "epsilon": epsilon if math.isfinite(epsilon) else "inf",
+                "kind": cls.kind.value,
+            }
+        key = "epsilon" if self.matches_poisson_analysis else "epsilon_if_poisson_sampled"
+        return {
+            "sampler": self.sampler,
+            "matches_poisson_analysis": self.matches_poisson_analysis,
+            "neighboring_relation": "add_or_remove_one",
+            "dataset_size": self.dataset_size,
+            "steps": self.steps,
+            "delta": target,
+            key: results,
+            "jl": self.uses_jl,
+            "events": self.event().to_dict(),
+            "library_commit": git_commit(),
+            "run": extra,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-serialisable state."""
+        return {
+            "dataset_size": self.dataset_size,
+            "sampler": self.sampler,
+            "runs": [{"event": run.event.to_dict(), "count": run.count} for run in self._runs],
+        }
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, Any]) -> PrivacyLedger:
+        """Rebuild a ledger from :meth:`state_dict`."""
+        try:
+            ledger = cls(dataset_size=state["dataset_size"], sampler=state["sampler"])
+            ledger._runs = [
+                _Run(event_from_dict(run["event"]), check_count("count", run["count"], minimum=1))
+                for run in state["runs"]
+            ]
+        except (KeyError, TypeError, InvalidParameterError) as error:
+            raise StateError(f"Malformed ledger state: {error!r}.") from error
+        return ledger
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PrivacyLedger) and self.state_dict() == other.state_dict()
+
+    __hash__ = None  # type: ignore[assignment]

@@ -1,0 +1,105 @@
+"""Sources of the Gaussian noise added to the clipped sum.
+
+:class:`SeededGaussianNoise` uses a seeded ``torch.Generator``: reproducible, right for research
+and tests, but whoever knows the seed can subtract the noise. :class:`SecureGaussianNoise` draws
+its uniforms from the operating system's cryptographically secure generator (``os.urandom``)
+and refuses a seed. Both turn uniforms into normals in float64 and round to the parameter's dtype;
+the floating-point attacks on textbook samplers (Mironov 2012; Jin et al. 2022) concern the
+low-order bits of each draw, which this source does not claim to protect.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+import os
+from typing import Any
+
+import numpy as np
+import torch
+
+from dpcore.errors import InvalidParameterError
+from dpcore.validation import check_count
+
+__all__ = ["NoiseSource", "SecureGaussianNoise", "SeededGaussianNoise"]
+
+
+class NoiseSource(abc.ABC):
+    """Draws i.i.d. standard normal tensors."""
+
+    name: str = ""
+
+    @abc.abstractmethod
+    def standard_normal(
+        self, shape: torch.Size, *, dtype: torch.dtype, device: torch.device
+    ) -> torch.Tensor:
+        """A tensor of i.i.d. N(0, 1) draws."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """State to resume the same stream (empty for sources that cannot be resumed)."""
+        return {"name": self.name}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Resume from :meth:`state_dict` (nothing to do for sources that cannot be resumed)."""
+
+
+class SeededGaussianNoise(NoiseSource):
+    """Reproducible normals from a seeded ``torch.Generator`` (CPU), moved to the device.
+
+    Args:
+        seed: a non-negative integer; ``None`` draws one from the OS.
+    """
+
+    name = "seeded"
+
+    def __init__(self, seed: int | None = None) -> None:
+        if seed is None:
+            seed = int.from_bytes(os.urandom(8), "little") >> 1
+        self.seed = check_count("seed", seed)
+        self.generator = torch.Generator()
+        self.generator.manual_seed(self.seed)
+
+    def standard_normal(
+        self, shape: torch.Size, *, dtype: torch.dtype, device: torch.device
+    ) -> torch.Tensor:
+        draws = torch.randn(shape, generator=self.generator, dtype=torch.float64)
+        return draws.to(dtype=dtype, device=device)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "seed": self.seed, "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.seed = int(state["seed"])
+        self.generator.set_state(state["generator"])
+
+
+class SecureGaussianNoise(NoiseSource):
+    """Normals from ``os.urandom`` via the Box–Muller transform (Box and Muller 1958).
+
+    Uniforms are 53-bit: ``u = (k + 1) / 2**53`` with k from 8 random bytes, so ``u`` is in
+    (0, 1] and ``log u`` is finite. Passing a seed raises: a seeded secure source is a
+    contradiction.
+    """
+
+    name = "secure"
+
+    def __init__(self, seed: object = None) -> None:
+        if seed is not None:
+            raise InvalidParameterError(
+                "seed", "to be None for the secure noise source (it cannot be seeded)", seed
+            )
+
+    @staticmethod
+    def _uniforms(count: int) -> np.ndarray:
+        words = np.frombuffer(os.urandom(8 * count), dtype=np.uint64) >> np.uint64(11)
+        return (words.astype(np.float64) + 1.0) * 2.0**-53
+
+    def standard_normal(
+        self, shape: torch.Size, *, dtype: torch.dtype, device: torch.device
+    ) -> torch.Tensor:
+        count = math.prod(shape)
+        pairs = (count + 1) // 2
+        radius = np.sqrt(-2.0 * np.log(self._uniforms(pairs)))
+        angle = 2.0 * np.pi * self._uniforms(pairs)
+        normals = np.concatenate([radius * np.cos(angle), radius * np.sin(angle)])[:count]
+        return torch.from_numpy(normals).reshape(shape).to(dtype=dtype, device=device)

@@ -1,0 +1,107 @@
+"""DP optimizers: clip, sum, add Gaussian noise, divide by the expected lot size, step.
+
+:class:`DPOptimizer` wraps any ``torch.optim.Optimizer`` (Abadi et al. 2016, Alg. 1): given the
+clipped sum ``S = sum_i c_i g_i`` of a lot from a per-example engine
+(:mod:`dpcore.torch.per_example`), it sets each parameter's gradient to
+``(S + N(0, sigma^2 C^2 I)) / (q N)`` and calls the wrapped optimizer. Dividing by the
+*expected* lot size q N, not the realised one, keeps the lot size private. DP-SGD wraps SGD,
+DP-Adam wraps Adam (the update is post-processing of the noisy gradient); the -JL variants
+differ only in their engine (:class:`~dpcore.torch.per_example.jl.JLEngine`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from dpcore.errors import InvalidParameterError
+from dpcore.torch.noise import NoiseSource, SeededGaussianNoise
+from dpcore.torch.per_example.base import ClippedBatch, PerExampleEngine
+from dpcore.validation import check_positive
+
+__all__ = ["DPOptimizer"]
+
+
+class DPOptimizer:
+    """A torch optimizer stepped with noisy clipped gradients.
+
+    Args:
+        optimizer: a torch optimizer over exactly the engine's trainable parameters.
+        engine: the per-example clipping engine (it holds the clipping norm C).
+        noise_multiplier: sigma > 0; the noise standard deviation is sigma C.
+        expected_batch_size: q N > 0, the divisor of the noisy sum.
+        noise: the noise source (default: a seeded generator drawn from the OS).
+
+    Raises:
+        InvalidParameterError: on sigma <= 0, q N <= 0, or an optimizer whose parameters are not
+            exactly the model's trainable parameters.
+    """
+
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        *,
+        engine: PerExampleEngine,
+        noise_multiplier: float,
+        expected_batch_size: float,
+        noise: NoiseSource | None = None,
+    ) -> None:
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise InvalidParameterError("optimizer", "to be a torch.optim.Optimizer", optimizer)
+        if not isinstance(engine, PerExampleEngine):
+            raise InvalidParameterError("engine", "to be a PerExampleEngine", engine)
+        self.noise_multiplier = check_positive("noise_multiplier", noise_multiplier)
+        self.expected_batch_size = check_positive("expected_batch_size", expected_batch_size)
+        held = [p for group in optimizer.param_groups for p in group["params"]]
+        trainable = engine.parameters
+        if {id(p) for p in held} != {id(p) for p in trainable} or len(held) != len(trainable):
+            raise InvalidParameterError(
+                "optimizer",
+                f"to hold exactly the model's {len(trainable)} trainable parameters "
+                "(those the engine clips)",
+                f"an optimizer over {len(held)} other or extra parameters",
+            )
+        self.optimizer = optimizer
+        self.engine = engine
+        self.noise: NoiseSource = noise if noise is not None else SeededGaussianNoise()
+
+    @property
+    def noise_std(self) -> float:
+        """sigma C, the standard deviation of the noise added to the clipped sum."""
+        return self.noise_multiplier * self.engine.max_grad_norm
+
+    def privatise(self, clipped: ClippedBatch) -> list[torch.Tensor]:
+        """``(S + N(0, sigma^2 C^2 I)) / (q N)`` for each parameter; an empty lot gets noise too."""
+        if len(clipped.summed) != len(self.engine.parameters):
+            raise InvalidParameterError(
+                "clipped", f"to hold {len(self.engine.parameters)} sums", len(clipped.summed)
+            )
+        noisy = []
+        for parameter, summed in zip(self.engine.parameters, clipped.summed, strict=True):
+            noise = self.noise.standard_normal(
+                parameter.shape, dtype=parameter.dtype, device=parameter.device
+            )
+            noisy.append((summed.detach() + self.noise_std * noise) / self.expected_batch_size)
+        return noisy
+
+    def step(self, clipped: ClippedBatch) -> None:
+        """Set every parameter's ``.grad`` to its noisy average and step the wrapped optimizer."""
+        for parameter, gradient in zip(
+            self.engine.parameters, self.privatise(clipped), strict=True
+        ):
+            parameter.grad = gradient
+        self.optimizer.step()
+
+    def zero_grad(self) -> None:
+        """Clear the wrapped optimizer's gradients."""
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The wrapped optimizer's state and the noise source's state."""
+        return {"optimizer": self.optimizer.state_dict(), "noise": self.noise.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from :meth:`state_dict`."""
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.noise.load_state_dict(state["noise"])

@@ -1,0 +1,7 @@
+"""Per-example clipping engines: each returns the sum of clipped per-example gradients of a lot.
+
+- :class:`~dpcore.torch.per_example.fast.FastEngine`: exact norms without materialising
+  per-example gradients (ghost norms + book-keeping) for common layers;
+- :class:`~dpcore.torch.per_example.vmap.VmapEngine`: exact, any module, via ``torch.func``;
+- :class:`~dpcore.torch.per_example.jl.JLEngine`: norms estimated by random projections.
+"""

@@ -1,0 +1,165 @@
+"""The interface of per-example clipping engines and the clipping arithmetic they share.
+
+An engine turns a lot into ``sum_i c_i g_i``, where ``g_i`` is example i's gradient and
+``c_i = min(1, C / ||g_i||)`` (Abadi et al. 2016, Alg. 1, "clip gradient"), so that every
+clipped contribution has norm at most C. Engines differ only in how they obtain ``||g_i||``
+and the weighted sum; the DP optimizer adds the noise.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from collections.abc import Callable
+from typing import Literal
+
+import torch
+from torch import nn
+
+from dpcore.errors import InvalidParameterError
+from dpcore.torch.compat import check_independent_examples
+from dpcore.torch.errors import IncompatibleModelError, NonFiniteGradientError
+from dpcore.validation import check_positive
+
+__all__ = [
+    "ClippedBatch",
+    "LossFunction",
+    "NonFinitePolicy",
+    "PerExampleEngine",
+    "clip_factors",
+    "per_example_losses",
+]
+
+LossFunction = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""``loss_fn(outputs, targets)`` returning one loss per example, shape ``(batch,)``."""
+
+NonFinitePolicy = Literal["raise", "zero"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ClippedBatch:
+    """What an engine returns for one lot.
+
+    Attributes:
+        summed: ``sum_i c_i g_i``, one tensor per trainable parameter, in the engine's order.
+        norms: ``(batch,)`` per-example gradient norms used for clipping (exact, or estimated
+            by the JL engine); NaN/inf rows are kept here so callers can see them.
+        clip_factors: ``(batch,)`` the ``c_i`` applied (0 for dropped non-finite examples).
+        losses: ``(batch,)`` per-example losses, detached.
+        outputs: the model outputs, detached (for accuracy), or ``None`` for an empty lot.
+    """
+
+    summed: list[torch.Tensor]
+    norms: torch.Tensor
+    clip_factors: torch.Tensor
+    losses: torch.Tensor
+    outputs: torch.Tensor | None
+
+
+def clip_factors(
+    norms: torch.Tensor, *, max_grad_norm: float, nonfinite: NonFinitePolicy = "raise"
+) -> torch.Tensor:
+    """``c_i = min(1, C / ||g_i||)``, so ``c_i ||g_i|| <= C`` up to one rounding.
+
+    Args:
+        norms: ``(batch,)`` per-example gradient norms.
+        max_grad_norm: C > 0.
+        nonfinite: ``"raise"`` raises on a NaN/inf norm; ``"zero"`` gives such examples c_i = 0.
+
+    Raises:
+        NonFiniteGradientError: a norm is NaN or infinite and ``nonfinite == "raise"``.
+    """
+    finite = torch.isfinite(norms)
+    if nonfinite == "raise" and not bool(finite.all()):
+        bad = torch.nonzero(~finite).flatten().tolist()
+        raise NonFiniteGradientError(
+            f"Per-example gradients of examples {bad[:10]} (positions in the lot) are NaN or "
+            "infinite; clipping cannot bound them. Fix the loss, or pass nonfinite='zero' to "
+            "drop such examples (privacy-safe)."
+        )
+    safe = torch.where(finite, norms, torch.zeros_like(norms))
+    scale = torch.where(
+        safe > max_grad_norm, max_grad_norm / safe.clamp_min(torch.finfo(norms.dtype).tiny), 1.0
+    )
+    return torch.where(finite, scale, torch.zeros_like(scale))
+
+
+def per_example_losses(
+    loss_fn: LossFunction, outputs: torch.Tensor, targets: torch.Tensor, batch_size: int
+) -> torch.Tensor:
+    """Call ``loss_fn`` and check that it returns one loss per example (``reduction='none'``)."""
+    losses = loss_fn(outputs, targets)
+    if not isinstance(losses, torch.Tensor) or losses.shape != (batch_size,):
+        shape = tuple(losses.shape) if isinstance(losses, torch.Tensor) else losses
+        raise InvalidParameterError(
+            "loss_fn",
+            f"to return per-example losses of shape ({batch_size},) (use reduction='none')",
+            shape,
+        )
+    return losses
+
+
+class PerExampleEngine(abc.ABC):
+    """Computes the sum of clipped per-example gradients of a model's trainable parameters.
+
+    Args:
+        model: any ``nn.Module`` whose examples are independent (no BatchNorm).
+        max_grad_norm: the clipping norm C > 0.
+        nonfinite: policy for NaN/inf per-example gradients (see :func:`clip_factors`).
+
+    Raises:
+        IncompatibleModelError: the model mixes examples, or has no trainable parameter.
+        InvalidParameterError: ``max_grad_norm`` is not a positive finite number.
+    """
+
+    name: str = ""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        max_grad_norm: float,
+        nonfinite: NonFinitePolicy = "raise",
+    ) -> None:
+        check_independent_examples(model)
+        self.model = model
+        self.max_grad_norm = check_positive("max_grad_norm", max_grad_norm)
+        if nonfinite not in ("raise", "zero"):
+            raise InvalidParameterError("nonfinite", "in {'raise', 'zero'}", nonfinite)
+        self.nonfinite: NonFinitePolicy = nonfinite
+        self.named_parameters = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        if not self.named_parameters:
+            raise IncompatibleModelError("The model has no trainable parameter to clip.")
+
+    @property
+    def parameters(self) -> list[nn.Parameter]:
+        """The trainable parameters, in the order of :attr:`ClippedBatch.summed`."""
+        return [p for _, p in self.named_parameters]
+
+    def clipped_sum(
+        self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction
+    ) -> ClippedBatch:
+        """Sum of clipped per-example gradients of ``loss_fn(model(inputs), targets)``.
+
+        An empty lot (``inputs.shape[0] == 0``) returns zero sums without running the model.
+        """
+        if inputs.shape[0] != targets.shape[0]:
+            raise InvalidParameterError(
+                "targets", f"to have batch size {inputs.shape[0]} like inputs", targets.shape[0]
+            )
+        if inputs.shape[0] == 0:
+            empty = torch.zeros(0, dtype=self.parameters[0].dtype)
+            return ClippedBatch(
+                summed=[torch.zeros_like(p) for p in self.parameters],
+                norms=empty,
+                clip_factors=empty,
+                losses=empty,
+                outputs=None,
+            )
+        return self._clipped_sum(inputs, targets, loss_fn)
+
+    @abc.abstractmethod
+    def _clipped_sum(
+        self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction
+    ) -> ClippedBatch:
+        """Engine-specific work on a non-empty lot."""

@@ -1,0 +1,166 @@
+"""Per-example gradient norms estimated by Johnson–Lindenstrauss projections (DP-SGD-JL).
+
+Bu, Gopi, Kulkarni, Lee, Shen, Tantipongpipat 2021 (arXiv 2102.03013), Alg. 1: draw r standard
+Gaussian directions ``v_1..v_r`` over the parameter space, shared by the lot; one forward-mode
+Jacobian-vector product per direction gives ``<g_i, v_j>`` for every example i at once; then
+
+    M_i^2 = (1/r) sum_j <g_i, v_j>^2  ~  ||g_i||^2 chi^2_r / r,
+
+an unbiased estimate of ``||g_i||^2``. Each per-example *loss* is scaled by ``min(1, C / M_i)``
+and one ordinary backward gives the weighted sum. Because ``M_i`` can underestimate ``||g_i||``,
+a clipped contribution can exceed C: the step is a :class:`~dpcore.events.JLGaussianEvent`,
+whose privacy needs the JL accountant (Thm 4.1), not the Gaussian one.
+
+The directions are secret like the noise (an adversary who knows them could pick a gradient
+orthogonal to all of them), so they come from a :class:`~dpcore.torch.noise.NoiseSource`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+from torch.func import functional_call, jvp, vmap
+
+from dpcore.torch.noise import NoiseSource, SeededGaussianNoise
+from dpcore.torch.per_example.base import (
+    ClippedBatch,
+    LossFunction,
+    NonFinitePolicy,
+    PerExampleEngine,
+    clip_factors,
+    per_example_losses,
+)
+from dpcore.validation import check_count
+
+__all__ = ["JLEngine"]
+
+
+@contextlib.contextmanager
+def _forward_mode_friendly(device: torch.device) -> Iterator[None]:
+    """Disable oneDNN on CPU: its fused LSTM kernel has no forward-mode derivative."""
+    if device.type != "cpu":
+        yield
+        return
+    previous = torch._C._get_mkldnn_enabled()
+    torch._C._set_mkldnn_enabled(False)  # the public flags() also toggles TF32 and warns
+    try:
+        yield
+    finally:
+        torch._C._set_mkldnn_enabled(previous)
+
+
+class JLEngine(PerExampleEngine):
+    """Clipping by JL-estimated per-example norms (Bu et al. 2021, Alg. 1).
+
+    Args:
+        model: any differentiable module whose examples are independent.
+        max_grad_norm: the clipping norm C > 0.
+        jl_dimension: r >= 1, the number of random directions per lot.
+        directions: source of the Gaussian directions (default: seeded from the OS).
+        nonfinite: ``"raise"`` or ``"zero"`` for NaN/inf estimated norms.
+        vmap_directions: evaluate all r jvps in one vectorised pass (faster, r x activation
+            memory); models that draw random numbers (dropout) always use one pass per direction.
+    """
+
+    name = "jl"
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        max_grad_norm: float,
+        jl_dimension: int,
+        directions: NoiseSource | None = None,
+        nonfinite: NonFinitePolicy = "raise",
+        vmap_directions: bool = True,
+    ) -> None:
+        super().__init__(model, max_grad_norm=max_grad_norm, nonfinite=nonfinite)
+        self.jl_dimension = check_count("jl_dimension", jl_dimension, minimum=1)
+        self.directions: NoiseSource = (
+            directions if directions is not None else SeededGaussianNoise()
+        )
+        self.vmap_directions = bool(vmap_directions)
+
+    def _draw_directions(self) -> dict[str, torch.Tensor]:
+        r = self.jl_dimension
+        return {
+            name: self.directions.standard_normal(
+                torch.Size((r, *p.shape)), dtype=p.dtype, device=p.device
+            )
+            for name, p in self.named_parameters
+        }
+
+    def projections(
+        self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(P, losses, outputs)`` with ``P[j, i] = <g_i, v_j>`` for freshly drawn directions."""
+        trainable = {n: p.detach() for n, p in self.named_parameters}
+        frozen = {n: p.detach() for n, p in self.model.named_parameters() if not p.requires_grad}
+        buffers = dict(self.model.named_buffers())
+        batch = inputs.shape[0]
+        captured: dict[str, torch.Tensor] = {}
+
+        def losses_of(params: dict[str, torch.Tensor]) -> torch.Tensor:
+            outputs = functional_call(self.model, (params, frozen, buffers), (inputs,))
+            captured["outputs"] = outputs
+            return per_example_losses(loss_fn, outputs, targets, batch)
+
+        tangents = self._draw_directions()
+        rng = torch.get_rng_state()
+        with _forward_mode_friendly(self.parameters[0].device):
+            if self.vmap_directions:
+                try:
+                    return self._vmapped(losses_of, trainable, tangents, captured, rng)
+                except RuntimeError as error:  # randomness inside vmap: one pass per direction
+                    if "randomness" not in str(error):
+                        raise
+            rows = []
+            losses = torch.empty(0)
+            for j in range(self.jl_dimension):
+                torch.set_rng_state(rng)  # every pass sees the same dropout masks
+                tangent = {name: t[j] for name, t in tangents.items()}
+                pair = jvp(losses_of, (trainable,), (tangent,))
+                losses, row = pair[0], pair[1]
+                rows.append(row)
+        torch.set_rng_state(rng)
+        return torch.stack(rows), losses.detach(), captured["outputs"].detach()
+
+    def _vmapped(
+        self,
+        losses_of: Any,
+        trainable: dict[str, torch.Tensor],
+        tangents: dict[str, torch.Tensor],
+        captured: dict[str, torch.Tensor],
+        rng: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        def one_direction(tangent: dict[str, torch.Tensor]) -> torch.Tensor:
+            projection: torch.Tensor = jvp(losses_of, (trainable,), (tangent,))[1]
+            return projection
+
+        projected = vmap(one_direction, randomness="error")(tangents)
+        torch.set_rng_state(rng)
+        with torch.no_grad():
+            losses = losses_of(trainable)
+        torch.set_rng_state(rng)
+        return projected, losses.detach(), captured["outputs"].detach()
+
+    def _clipped_sum(
+        self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction
+    ) -> ClippedBatch:
+        projected, _, _ = self.projections(inputs, targets, loss_fn)
+        norms = projected.square().mean(dim=0).sqrt()
+        factors = clip_factors(norms, max_grad_norm=self.max_grad_norm, nonfinite=self.nonfinite)
+        outputs = self.model(inputs)
+        losses = per_example_losses(loss_fn, outputs, targets, inputs.shape[0])
+        keep = factors > 0
+        weighted = torch.where(keep, factors.to(losses.dtype) * losses, torch.zeros_like(losses))
+        summed = torch.autograd.grad(weighted.sum(), self.parameters, allow_unused=True)
+        sums = [
+            torch.zeros_like(p) if s is None else s
+            for p, s in zip(self.parameters, summed, strict=True)
+        ]
+        return ClippedBatch(sums, norms.detach(), factors, losses.detach(), outputs.detach())

@@ -1,0 +1,192 @@
+"""Lot samplers: Poisson sampling (the DP-SGD analysis) and fixed-size shuffled batches.
+
+DP-SGD's privacy analysis (Abadi et al. 2016, Alg. 1 and §3.1; every accountant in
+:mod:`dpcore.accountants`) assumes *Poisson* lots: each record joins each lot independently with
+probability q, so lot sizes vary and a lot may be empty. Shuffling the data and cutting it into
+fixed-size batches is a different mechanism; accounting it as Poisson can understate epsilon
+several-fold (Chua et al. 2024), so :class:`ShuffledBatchSampler` warns and says so in
+:attr:`matches_poisson_analysis`, which the privacy statement records.
+
+Both samplers are seeded by a ``torch.Generator`` and resumable mid-epoch from
+:meth:`state_dict` (which holds the generator state), so a resumed run draws the same lots.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from dpcore.errors import InvalidParameterError, StateError
+from dpcore.validation import check_count, check_probability
+
+__all__ = ["PoissonMismatchWarning", "PoissonSampler", "ShuffledBatchSampler"]
+
+
+class PoissonMismatchWarning(UserWarning):
+    """The sampler does not match the Poisson subsampling that the accountants analyse."""
+
+
+def _generator(seed: int | None) -> tuple[torch.Generator, int]:
+    if seed is None:
+        seed = int.from_bytes(os.urandom(8), "little") >> 1
+    seed = check_count("seed", seed)
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    return generator, seed
+
+
+class _Sampler:
+    """Shared state handling: a generator, a lot counter, and ``steps_per_epoch`` lots per epoch."""
+
+    matches_poisson_analysis: bool = True
+    kind: str = ""
+
+    def __init__(self, dataset_size: int, seed: int | None) -> None:
+        self.dataset_size = check_count("dataset_size", dataset_size, minimum=1)
+        self.generator, self.seed = _generator(seed)
+        self.lots_drawn = 0
+
+    @property
+    def steps_per_epoch(self) -> int:
+        raise NotImplementedError
+
+    def sample(self) -> torch.Tensor:
+        """The indices of the next lot (int64, sorted)."""
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        """The remaining lots of the current epoch (all of them at an epoch boundary)."""
+        remaining = self.steps_per_epoch - self.lots_drawn % self.steps_per_epoch
+        for _ in range(remaining):
+            yield self.sample()
+
+    def __len__(self) -> int:
+        return self.steps_per_epoch
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue the same sequence of lots."""
+        return {
+            "kind": self.kind,
+            "seed": self.seed,
+            "lots_drawn": self.lots_drawn,
+            "generator": self.generator.get_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state_dict` (of a sampler built with the same arguments)."""
+        if state.get("kind") != self.kind:
+            raise StateError(
+                f"Expected sampler state of kind {self.kind!r}, got {state.get('kind')!r}."
+            )
+        self.seed = int(state["seed"])
+        self.lots_drawn = int(state["lots_drawn"])
+        self.generator.set_state(state["generator"])
+
+
+class PoissonSampler(_Sampler):
+    """Poisson lots: each of ``dataset_size`` records joins each lot independently w.p. q.
+
+    An epoch is ``round(1 / q)`` lots (one pass in expectation). Lots can be empty; the training
+    step must still add noise and the ledger must still advance.
+
+    Args:
+        dataset_size: N >= 1.
+        sampling_probability: q in (0, 1].
+        seed: seeds the generator; ``None`` draws one from the OS (recorded in the state).
+
+    Example:
+        >>> sampler = PoissonSampler(1000, sampling_probability=0.01, seed=0)
+        >>> len(sampler), sampler.expected_lot_size
+        (100, 10.0)
+    """
+
+    kind = "poisson"
+
+    def __init__(
+        self, dataset_size: int, *, sampling_probability: float, seed: int | None = None
+    ) -> None:
+        super().__init__(dataset_size, seed)
+        q = check_probability("sampling_probability", sampling_probability)
+        if q == 0:
+            raise InvalidParameterError("sampling_probability", "in (0, 1]", sampling_probability)
+        self.sampling_probability = q
+
+    @property
+    def expected_lot_size(self) -> float:
+        """q N, the divisor of the noisy sum (dividing by the realised size would leak it)."""
+        return self.sampling_probability * self.dataset_size
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return max(1, round(1 / self.sampling_probability))
+
+    def sample(self) -> torch.Tensor:
+        draws = torch.rand(self.dataset_size, generator=self.generator, dtype=torch.float64)
+        self.lots_drawn += 1
+        return torch.nonzero(draws < self.sampling_probability).flatten()
+
+
+class ShuffledBatchSampler(_Sampler):
+    """Fixed-size batches from a fresh shuffle each epoch (last partial batch dropped).
+
+    This is *not* the Poisson subsampling that the accountants analyse: constructing it warns
+    (:class:`PoissonMismatchWarning`), and :attr:`matches_poisson_analysis` is ``False`` so the
+    privacy statement says the epsilon assumes Poisson sampling that did not happen.
+
+    Args:
+        dataset_size: N >= 1.
+        batch_size: 1 <= B <= N.
+        seed: as for :class:`PoissonSampler`.
+    """
+
+    kind = "shuffled_fixed_size"
+    matches_poisson_analysis = False
+
+    def __init__(self, dataset_size: int, *, batch_size: int, seed: int | None = None) -> None:
+        super().__init__(dataset_size, seed)
+        size = check_count("batch_size", batch_size, minimum=1)
+        if size > self.dataset_size:
+            raise InvalidParameterError("batch_size", f"<= dataset_size = {dataset_size}", size)
+        self.batch_size = size
+        self._permutation: torch.Tensor | None = None
+        warnings.warn(
+            "ShuffledBatchSampler draws fixed-size shuffled batches, which the DP-SGD accountants "
+            "do not analyse (they assume Poisson sampling); the reported epsilon may understate "
+            "the privacy loss. Use PoissonSampler for a guarantee.",
+            PoissonMismatchWarning,
+            stacklevel=2,
+        )
+
+    @property
+    def sampling_probability(self) -> float:
+        """B / N, the rate a Poisson analysis would (wrongly) assume."""
+        return self.batch_size / self.dataset_size
+
+    @property
+    def expected_lot_size(self) -> float:
+        return float(self.batch_size)
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self.dataset_size // self.batch_size
+
+    def sample(self) -> torch.Tensor:
+        position = self.lots_drawn % self.steps_per_epoch
+        if position == 0 or self._permutation is None:
+            self._permutation = torch.randperm(self.dataset_size, generator=self.generator)
+        self.lots_drawn += 1
+        lot = self._permutation[position * self.batch_size : (position + 1) * self.batch_size]
+        return torch.sort(lot).values
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["permutation"] = self._permutation
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self._permutation = state.get("permutation")

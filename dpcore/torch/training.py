@@ -1,0 +1,305 @@
+"""A DP training loop: sampler -> engine -> noisy optimizer step -> ledger, with checkpoints.
+
+:class:`DPTrainer` runs DP-SGD / DP-Adam (and their JL variants, ``engine="jl"``) on an
+in-memory dataset. Every step, even on an empty lot, adds noise and records one ledger event;
+``save_checkpoint``/``load_checkpoint`` cover model, optimizer, noise, JL directions, sampler and
+ledger, so a resumed run reproduces an uninterrupted one exactly on CPU with fixed seeds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from dpcore.errors import InvalidParameterError, StateError, UnsupportedEventError
+from dpcore.torch.engines import make_engine
+from dpcore.torch.ledger import PrivacyLedger
+from dpcore.torch.noise import NoiseSource, SeededGaussianNoise
+from dpcore.torch.optimizers import DPOptimizer
+from dpcore.torch.per_example.base import LossFunction, NonFinitePolicy
+from dpcore.torch.per_example.jl import JLEngine
+from dpcore.torch.samplers import PoissonSampler, ShuffledBatchSampler
+from dpcore.validation import check_positive
+
+__all__ = ["DPTrainer", "StepResult", "accuracy"]
+
+Sampler = PoissonSampler | ShuffledBatchSampler
+
+
+def accuracy(outputs: torch.Tensor, targets: torch.Tensor) -> float:
+    """Fraction correct: argmax for class scores, sign for a single logit per example."""
+    if outputs.shape[0] == 0:
+        return math.nan
+    if outputs.dim() == 2 and outputs.shape[1] > 1:
+        predicted = outputs.argmax(dim=1)
+    else:
+        predicted = (outputs.reshape(-1) > 0).to(targets.dtype)
+    return float((predicted == targets.reshape(-1)).float().mean())
+
+
+@dataclasses.dataclass(frozen=True)
+class StepResult:
+    """What one step reports (the lot size is for the user's eyes; it is not released)."""
+
+    step: int
+    lot_size: int
+    loss: float
+    accuracy: float
+
+
+def _trainable(model: nn.Module) -> list[nn.Parameter]:
+    if not isinstance(model, nn.Module):
+        raise InvalidParameterError("model", "to be a torch.nn.Module", model)
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+class DPTrainer:
+    """Differentially private training of ``model`` on ``(inputs, targets)``.
+
+    Args:
+        model: the model; its examples must be independent (no BatchNorm).
+        inputs: all training inputs, first dimension N.
+        targets: all training targets, first dimension N.
+        loss_fn: per-example losses (``reduction="none"``).
+        optimizer: a torch optimizer over the model's trainable parameters (SGD for DP-SGD,
+            Adam for DP-Adam).
+        noise_multiplier: sigma > 0.
+        max_grad_norm: the clipping norm C > 0.
+        sampler: a :class:`PoissonSampler` (default analysis) or a :class:`ShuffledBatchSampler`.
+        engine: ``"auto"``, ``"fast"``, ``"vmap"`` or ``"jl"``.
+        jl_dimension: r for ``engine="jl"``.
+        noise: the noise source (default seeded from ``seed``).
+        seed: seeds the noise and the JL directions when their sources are not given.
+        nonfinite: ``"raise"`` or ``"zero"`` for NaN/inf per-example gradients.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        inputs: torch.Tensor,
+        targets: torch.Tensor,
+        loss_fn: LossFunction,
+        optimizer: torch.optim.Optimizer,
+        noise_multiplier: float,
+        max_grad_norm: float,
+        sampler: Sampler,
+        engine: str = "auto",
+        jl_dimension: int | None = None,
+        noise: NoiseSource | None = None,
+        seed: int | None = None,
+        nonfinite: NonFinitePolicy = "raise",
+    ) -> None:
+        if inputs.shape[0] != targets.shape[0]:
+            raise InvalidParameterError(
+                "targets", f"to have {inputs.shape[0]} rows like inputs", targets.shape[0]
+            )
+        if not isinstance(sampler, PoissonSampler | ShuffledBatchSampler):
+            raise InvalidParameterError(
+                "sampler", "to be a PoissonSampler or ShuffledBatchSampler", sampler
+            )
+        if sampler.dataset_size != inputs.shape[0]:
+            raise InvalidParameterError(
+                "sampler", f"to sample from {inputs.shape[0]} examples", sampler.dataset_size
+            )
+        self.model = model
+        self.inputs = inputs
+        self.targets = targets
+        self.loss_fn = loss_fn
+        self.sampler = sampler
+        directions = None if seed is None else SeededGaussianNoise(seed + 1)
+        self.engine = make_engine(
+            model,
+            engine=engine,
+            max_grad_norm=max_grad_norm,
+            jl_dimension=jl_dimension,
+            directions=directions,
+            nonfinite=nonfinite,
+        )
+        self.optimizer = DPOptimizer(
+            optimizer,
+            engine=self.engine,
+            noise_multiplier=noise_multiplier,
+            expected_batch_size=sampler.expected_lot_size,
+            noise=noise if noise is not None else SeededGaussianNoise(seed),
+        )
+        self.ledger = PrivacyLedger(dataset_size=sampler.dataset_size, sampler=sampler.kind)
+        self.jl_dimension = self.engine.jl_dimension if isinstance(self.engine, JLEngine) else None
+
+    @classmethod
+    def dp_sgd(
+        cls, model: nn.Module, *, lr: float, momentum: float = 0.0, **kwargs: Any
+    ) -> DPTrainer:
+        """DP-SGD (Abadi et al. 2016, Alg. 1); DP-SGD-JL with ``engine="jl", jl_dimension=r``."""
+        check_positive("lr", lr)
+        optimizer = torch.optim.SGD(_trainable(model), lr=lr, momentum=momentum)
+        return cls(model, optimizer=optimizer, **kwargs)
+
+    @classmethod
+    def dp_adam(
+        cls,
+        model: nn.Module,
+        *,
+        lr: float,
+        betas: tuple[float, float] = (0.9, 0.999),
+        **kwargs: Any,
+    ) -> DPTrainer:
+        """DP-Adam: Adam's update of the noisy gradient (post-processing); -JL as for DP-SGD."""
+        check_positive("lr", lr)
+        optimizer = torch.optim.Adam(_trainable(model), lr=lr, betas=betas)
+        return cls(model, optimizer=optimizer, **kwargs)
+
+    @property
+    def steps_done(self) -> int:
+        """Noisy steps taken so far (equal to the ledger's count)."""
+        return self.ledger.steps
+
+    def step(self) -> StepResult:
+        """Draw a lot, clip, add noise, step, record the event."""
+        self.model.train()
+        lot = self.sampler.sample()
+        clipped = self.engine.clipped_sum(self.inputs[lot], self.targets[lot], self.loss_fn)
+        self.optimizer.step(clipped)
+        self.ledger.record(
+            sampling_probability=self.sampler.sampling_probability,
+            noise_multiplier=self.optimizer.noise_multiplier,
+            jl_dimension=self.jl_dimension,
+        )
+        loss = float(clipped.losses.mean()) if len(lot) else math.nan
+        correct = (
+            accuracy(clipped.outputs, self.targets[lot])
+            if clipped.outputs is not None
+            else math.nan
+        )
+        return StepResult(self.ledger.steps, len(lot), loss, correct)
+
+    def epsilon(self, *, delta: float, accountant: str = "rdp") -> float:
+        """Epsilon spent so far, from the named accountant."""
+        return self.ledger.epsilon(delta=delta, accountant=accountant)
+
+    def train(
+        self,
+        *,
+        steps: int,
+        delta: float,
+        progress: bool = True,
+        accountant: str = "rdp",
+        on_step: Callable[[StepResult], None] | None = None,
+    ) -> list[StepResult]:
+        """Take ``steps`` more steps, showing loss, accuracy and epsilon spent in a progress bar.
+
+        The bar's epsilon comes from ``accountant`` (RDP by default: fast); it shows ``n/a``
+        when that accountant cannot analyse the steps (JL steps need the JL accountant).
+        """
+        results = []
+        for result in self._bar(steps, progress):
+            results.append(result)
+            if on_step is not None:
+                on_step(result)
+        return results
+
+    def _bar(self, steps: int, progress: bool) -> Iterator[StepResult]:
+        try:
+            from tqdm.auto import tqdm
+        except ImportError:  # pragma: no cover - the progress extra is not installed
+            progress = False
+        bar = (
+            tqdm(total=steps, disable=not progress, desc="DP training", unit="step")
+            if progress
+            else None
+        )
+        running_loss = math.nan
+        for _ in range(steps):
+            result = self.step()
+            if not math.isnan(result.loss):
+                running_loss = (
+                    result.loss
+                    if math.isnan(running_loss)
+                    else 0.9 * running_loss + 0.1 * result.loss
+                )
+            if bar is not None:
+                bar.update(1)
+                if result.step % 10 == 0 or result.step == steps:
+                    bar.set_postfix(
+                        loss=f"{running_loss:.3f}",
+                        acc=f"{result.accuracy:.3f}",
+                        eps=self._epsilon_text(),
+                    )
+            yield result
+        if bar is not None:
+            bar.close()
+
+    def _epsilon_text(self, delta: float = 1e-5) -> str:
+        try:
+            return f"{self.epsilon(delta=delta):.3g}"
+        except UnsupportedEventError:
+            return "n/a"
+
+    def privacy_statement(
+        self, *, delta: float, accountants: tuple[str, ...] = ("rdp", "pld"), **extra: Any
+    ) -> dict[str, Any]:
+        """The ledger's statement with the engine, clipping norm, noise and JL dimension."""
+        return self.ledger.statement(
+            delta=delta,
+            accountants=accountants,
+            engine=self.engine.name,
+            max_grad_norm=self.engine.max_grad_norm,
+            noise_multiplier=self.optimizer.noise_multiplier,
+            noise_source=self.optimizer.noise.name,
+            expected_lot_size=self.sampler.expected_lot_size,
+            sampling_probability=self.sampler.sampling_probability,
+            jl_dimension=self.jl_dimension,
+            **extra,
+        )
+
+    def save_statement(self, path: str | Path, *, delta: float, **extra: Any) -> dict[str, Any]:
+        """Write :meth:`privacy_statement` as JSON to ``path``; returns it."""
+        statement = self.privacy_statement(delta=delta, **extra)
+        Path(path).write_text(json.dumps(statement, indent=2, sort_keys=True) + "\n")
+        return statement
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """Model, optimizer (with noise), JL directions, sampler and ledger state."""
+        state: dict[str, Any] = {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "sampler": self.sampler.state_dict(),
+            "ledger": self.ledger.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+        }
+        if isinstance(self.engine, JLEngine):
+            state["directions"] = self.engine.directions.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from :meth:`state_dict` (of a trainer built with the same arguments)."""
+        try:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.sampler.load_state_dict(state["sampler"])
+            ledger = PrivacyLedger.from_state_dict(state["ledger"])
+            if isinstance(self.engine, JLEngine):
+                self.engine.directions.load_state_dict(state["directions"])
+            torch.set_rng_state(state["torch_rng"])
+        except KeyError as missing:
+            raise StateError(f"Checkpoint lacks {missing}.") from None
+        self.ledger = ledger
+
+    def save_checkpoint(self, path: str | Path) -> None:
+        """Save :meth:`state_dict` with ``torch.save`` (written atomically)."""
+        target = Path(path)
+        temporary = target.with_suffix(target.suffix + ".tmp")
+        torch.save(self.state_dict(), temporary)
+        temporary.replace(target)
+
+    def load_checkpoint(self, path: str | Path) -> None:
+        """Resume from a file written by :meth:`save_checkpoint`."""
+        self.load_state_dict(torch.load(Path(path), weights_only=True))

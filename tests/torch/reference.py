@@ -1,0 +1,36 @@
+"""One-example-at-a-time reference for per-example gradients (plain autograd, no tricks)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def loop_gradients(
+    model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: nn.Module
+) -> list[list[torch.Tensor]]:
+    """For each example alone: the gradient of its loss w.r.t. every trainable parameter."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    out = []
+    for i in range(inputs.shape[0]):
+        loss = loss_fn(model(inputs[i : i + 1]), targets[i : i + 1]).sum()
+        grads = torch.autograd.grad(loss, params, allow_unused=True)
+        out.append(
+            [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads, strict=True)]
+        )
+    return out
+
+
+def loop_norms(gradients: list[list[torch.Tensor]]) -> torch.Tensor:
+    return torch.stack([torch.sqrt(sum((g.double() ** 2).sum() for g in row)) for row in gradients])  # type: ignore[misc]
+
+
+def loop_clipped_sum(
+    gradients: list[list[torch.Tensor]], max_grad_norm: float
+) -> list[torch.Tensor]:
+    norms = loop_norms(gradients)
+    factors = torch.clamp(max_grad_norm / norms, max=1.0)
+    return [
+        sum(float(c) * row[k] for c, row in zip(factors, gradients, strict=True))
+        for k in range(len(gradients[0]))
+    ]  # type: ignore[misc]
