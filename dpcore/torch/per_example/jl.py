@@ -18,6 +18,7 @@ orthogonal to all of them), so they come from a :class:`~dpcore.torch.noise.Nois
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -51,6 +52,14 @@ def _forward_mode_friendly(device: torch.device) -> Iterator[None]:
         yield
     finally:
         torch._C._set_mkldnn_enabled(previous)
+
+
+@contextlib.contextmanager
+def _quiet_forward_ad() -> Iterator[None]:
+    """PyTorch's first forward-mode call scripts its decompositions with a deprecated API."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`torch.jit.script` is deprecated")
+        yield
 
 
 class JLEngine(PerExampleEngine):
@@ -111,7 +120,7 @@ class JLEngine(PerExampleEngine):
 
         tangents = self._draw_directions()
         rng = torch.get_rng_state()
-        with _forward_mode_friendly(self.parameters[0].device):
+        with _forward_mode_friendly(self.parameters[0].device), _quiet_forward_ad():
             if self.vmap_directions:
                 try:
                     return self._vmapped(losses_of, trainable, tangents, captured, rng)

@@ -1,0 +1,78 @@
+"""The privacy ledger: events per step, any accountant, statements, state round trip."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dpcore.accountants import PldAccountant, RdpAccountant
+from dpcore.errors import InvalidParameterError, StateError, UnsupportedEventError
+from dpcore.events import dpsgd_event
+from dpcore.torch.ledger import PrivacyLedger
+
+
+def test_ledger_equals_the_dpsgd_event() -> None:
+    ledger = PrivacyLedger(dataset_size=60_000)
+    for _ in range(500):
+        ledger.record(sampling_probability=0.01, noise_multiplier=1.1)
+    assert ledger.steps == 500
+    assert len(ledger.state_dict()["runs"]) == 1  # consecutive identical steps form one run
+    event = dpsgd_event(sampling_probability=0.01, noise_multiplier=1.1, steps=500)
+    expected = RdpAccountant().compose(event).get_epsilon(1e-5)
+    assert ledger.epsilon(delta=1e-5, accountant="rdp") == pytest.approx(expected, rel=1e-12)
+    pld = PldAccountant().compose(event).get_epsilon(1e-5)
+    assert ledger.epsilon(delta=1e-5) == pytest.approx(pld, rel=1e-12)
+
+
+def test_changing_noise_starts_a_new_run_and_round_trips() -> None:
+    ledger = PrivacyLedger(dataset_size=100)
+    for sigma in (1.0, 1.0, 2.0, 1.0):
+        ledger.record(sampling_probability=0.1, noise_multiplier=sigma)
+    ledger.record(sampling_probability=0.1, noise_multiplier=1.0, jl_dimension=8)
+    assert [run["count"] for run in ledger.state_dict()["runs"]] == [2, 1, 1, 1]
+    copy = PrivacyLedger.from_state_dict(json.loads(json.dumps(ledger.state_dict())))
+    assert copy == ledger and copy.uses_jl
+
+
+def test_jl_steps_are_refused_by_gaussian_accountants() -> None:
+    ledger = PrivacyLedger(dataset_size=100)
+    ledger.record(sampling_probability=0.1, noise_multiplier=1.0, jl_dimension=4)
+    with pytest.raises(UnsupportedEventError, match="JLGaussianEvent"):
+        ledger.epsilon(delta=1e-5, accountant="rdp")
+    statement = ledger.statement(delta=1e-5)
+    assert statement["epsilon"]["pld"]["epsilon"] is None
+
+
+def test_statement_labels_shuffled_sampling_and_approximations() -> None:
+    ledger = PrivacyLedger(dataset_size=100, sampler="shuffled_fixed_size")
+    ledger.record(sampling_probability=0.1, noise_multiplier=1.0)
+    statement = ledger.statement(delta=1e-5, accountants=("rdp", "gdp_clt"))
+    assert statement["matches_poisson_analysis"] is False
+    assert set(statement["epsilon_if_poisson_sampled"]) == {"rdp", "gdp_clt"}
+    assert statement["epsilon_if_poisson_sampled"]["gdp_clt"]["kind"] == "approximate"
+    assert statement["neighboring_relation"] == "add_or_remove_one"
+
+
+def test_empty_ledger_spends_nothing() -> None:
+    assert PrivacyLedger(dataset_size=5).epsilon(delta=1e-5, accountant="rdp") == 0.0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "parameter"),
+    [
+        ({"sampling_probability": 0.1, "noise_multiplier": 0.0}, "noise_multiplier"),
+        ({"sampling_probability": 1.2, "noise_multiplier": 1.0}, "sampling_probability"),
+        ({"sampling_probability": 0.1, "noise_multiplier": 1.0, "jl_dimension": 0}, "jl_dimension"),
+    ],
+)
+def test_bad_records(kwargs: dict[str, float], parameter: str) -> None:
+    with pytest.raises(InvalidParameterError, match=f"Expected {parameter}"):
+        PrivacyLedger(dataset_size=5).record(**kwargs)  # type: ignore[arg-type]
+
+
+def test_bad_construction_and_state() -> None:
+    with pytest.raises(InvalidParameterError, match="Expected sampler in"):
+        PrivacyLedger(dataset_size=5, sampler="random")
+    with pytest.raises(StateError, match="Malformed ledger state"):
+        PrivacyLedger.from_state_dict({"dataset_size": 5, "sampler": "poisson", "runs": [{}]})

@@ -1,0 +1,198 @@
+"""The trainer: kill-and-resume reproduces a straight run, empty lots, noise drift, statements."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from scipy import stats
+from torch import nn
+
+from dpcore.errors import InvalidParameterError
+from dpcore.torch.errors import IncompatibleModelError, NonFiniteGradientError
+from dpcore.torch.samplers import PoissonMismatchWarning, PoissonSampler, ShuffledBatchSampler
+from dpcore.torch.training import DPTrainer, accuracy
+
+FALSE_REJECTION = 1e-5
+
+
+def _data(n: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    inputs = torch.randn(n, 4, generator=generator, dtype=torch.float64)
+    targets = (inputs[:, 0] > 0).long()
+    return inputs, targets
+
+
+def _trainer(
+    kind: str = "sgd", engine: str = "vmap", q: float = 0.25, **kwargs: object
+) -> DPTrainer:
+    torch.manual_seed(kwargs.pop("init_seed", 0))  # type: ignore[arg-type]
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2)).double()
+    inputs, targets = _data()
+    options: dict[str, object] = {
+        "inputs": inputs,
+        "targets": targets,
+        "loss_fn": nn.CrossEntropyLoss(reduction="none"),
+        "noise_multiplier": 1.0,
+        "max_grad_norm": 1.0,
+        "sampler": PoissonSampler(len(targets), sampling_probability=q, seed=3),
+        "engine": engine,
+        "seed": 11,
+    } | kwargs
+    if engine == "jl":
+        options.setdefault("jl_dimension", 4)
+    if kind == "sgd":
+        return DPTrainer.dp_sgd(model, lr=0.5, momentum=0.9, **options)  # type: ignore[arg-type]
+    return DPTrainer.dp_adam(model, lr=0.01, **options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("kind", "engine"), [("sgd", "vmap"), ("adam", "vmap"), ("adam", "jl")])
+def test_kill_and_resume_matches_a_straight_run(kind: str, engine: str, tmp_path: Path) -> None:
+    straight = _trainer(kind, engine)
+    straight.train(steps=10, delta=1e-5, progress=False)
+    first = _trainer(kind, engine)
+    first.train(steps=4, delta=1e-5, progress=False)
+    first.save_checkpoint(tmp_path / "run.pt")
+    del first  # the process "dies"; a new one is built with a different initialisation
+    resumed = _trainer(kind, engine, init_seed=99)
+    resumed.load_checkpoint(tmp_path / "run.pt")
+    assert resumed.steps_done == 4
+    resumed.train(steps=6, delta=1e-5, progress=False)
+    assert resumed.ledger == straight.ledger
+    for a, b in zip(resumed.model.parameters(), straight.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_empty_lots_add_noise_and_advance_the_ledger() -> None:
+    trainer = _trainer(q=1e-4)  # expected lot size 0.0064: almost every lot is empty
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    results = trainer.train(steps=3, delta=1e-5, progress=False)
+    assert [r.lot_size for r in results] == [0, 0, 0]
+    assert all(math.isnan(r.loss) for r in results)
+    assert trainer.ledger.steps == 3
+    moved = [not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters(), strict=True)]
+    assert all(moved)
+
+
+def test_zero_gradients_drift_by_sigma_c_lr_over_q_n() -> None:
+    """A loss with zero gradient: one SGD step moves each coordinate by N(0, (lr s C / qN)^2).
+
+    z-test of the mean and chi-square of the variance over the 8 * 200 + 8 + ... coordinates,
+    1e-5 in total."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(200, 8), nn.Linear(8, 2)).double()
+    inputs = torch.randn(100, 200, dtype=torch.float64)
+    targets = torch.zeros(100, dtype=torch.long)
+
+    def zero_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return 0.0 * outputs.sum(dim=1)
+
+    lr, sigma, clip, q = 0.3, 2.0, 0.7, 0.1
+    trainer = DPTrainer.dp_sgd(
+        model,
+        lr=lr,
+        inputs=inputs,
+        targets=targets,
+        loss_fn=zero_loss,
+        noise_multiplier=sigma,
+        max_grad_norm=clip,
+        sampler=PoissonSampler(100, sampling_probability=q, seed=0),
+        engine="vmap",
+        seed=5,
+    )
+    before = torch.cat([p.detach().flatten().clone() for p in model.parameters()])
+    trainer.step()
+    after = torch.cat([p.detach().flatten() for p in model.parameters()])
+    standardised = (after - before) / (lr * sigma * clip / (q * 100))
+    n = standardised.numel()
+    assert abs(float(standardised.mean()) * math.sqrt(n)) < stats.norm.isf(FALSE_REJECTION / 4)
+    low, high = stats.chi2.ppf([FALSE_REJECTION / 4, 1 - FALSE_REJECTION / 4], df=n)
+    assert low < float(standardised.square().sum()) < high
+
+
+def test_training_learns_and_reports_epsilon(tmp_path: Path) -> None:
+    trainer = _trainer(q=0.5, noise_multiplier=0.5)
+    results = trainer.train(steps=40, delta=1e-5, progress=True)
+    assert results[-1].step == 40
+    assert accuracy(trainer.model(trainer.inputs), trainer.targets) > 0.8
+    statement = trainer.save_statement(tmp_path / "privacy.json", delta=1e-5)
+    saved = json.loads((tmp_path / "privacy.json").read_text())
+    assert saved == json.loads(json.dumps(statement))
+    assert saved["sampler"] == "poisson" and saved["matches_poisson_analysis"] is True
+    assert saved["steps"] == 40 and saved["jl"] is False
+    rdp, pld = saved["epsilon"]["rdp"]["epsilon"], saved["epsilon"]["pld"]["epsilon"]
+    assert 0 < pld <= rdp * (1 + 1e-9)
+    assert saved["run"]["max_grad_norm"] == 1.0 and saved["run"]["engine"] == "vmap"
+    assert saved["library_commit"]
+
+
+def test_shuffled_batches_are_flagged_in_the_statement() -> None:
+    with pytest.warns(PoissonMismatchWarning):
+        sampler = ShuffledBatchSampler(64, batch_size=16, seed=0)
+    trainer = _trainer(sampler=sampler)
+    trainer.train(steps=2, delta=1e-5, progress=False)
+    statement = trainer.privacy_statement(delta=1e-5)
+    assert statement["matches_poisson_analysis"] is False
+    assert "epsilon" not in statement
+    assert statement["epsilon_if_poisson_sampled"]["rdp"]["epsilon"] > 0
+
+
+def test_jl_steps_are_recorded_and_not_accounted_as_gaussian() -> None:
+    trainer = _trainer(engine="jl", jl_dimension=5)
+    trainer.train(steps=2, delta=1e-5, progress=True)
+    statement = trainer.privacy_statement(delta=1e-5)
+    assert statement["jl"] is True and statement["run"]["jl_dimension"] == 5
+    assert statement["epsilon"]["rdp"]["epsilon"] is None
+    assert "JLGaussianEvent" in statement["epsilon"]["rdp"]["unsupported"]
+    assert statement["events"]["events"][0]["event"]["event"]["jl_dimension"] == 5
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"noise_multiplier": 0.0}, "Expected noise_multiplier > 0"),
+        ({"max_grad_norm": -1.0}, "Expected max_grad_norm > 0"),
+        ({"engine": "jl", "jl_dimension": 0}, "Expected jl_dimension"),
+        ({"engine": "vmap", "jl_dimension": 3}, "Expected jl_dimension to be given exactly"),
+        ({"engine": "ghost"}, "Expected engine in"),
+        ({"sampler": PoissonSampler(10, sampling_probability=0.5)}, "Expected sampler to sample"),
+    ],
+)
+def test_bad_trainer_input(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(InvalidParameterError, match=message):
+        _trainer(**kwargs)
+
+
+def test_bad_learning_rate() -> None:
+    with pytest.raises(InvalidParameterError, match="Expected lr > 0"):
+        DPTrainer.dp_sgd(nn.Linear(2, 2), lr=0.0)
+    with pytest.raises(InvalidParameterError, match="Expected lr > 0"):
+        DPTrainer.dp_adam(nn.Linear(2, 2), lr=-1.0)
+
+
+def test_batch_norm_is_rejected_when_wrapping() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
+    inputs, targets = _data()
+    with pytest.raises(IncompatibleModelError, match="Module '1' is BatchNorm1d"):
+        DPTrainer.dp_sgd(
+            model,
+            lr=0.1,
+            inputs=inputs,
+            targets=targets,
+            loss_fn=nn.CrossEntropyLoss(reduction="none"),
+            noise_multiplier=1.0,
+            max_grad_norm=1.0,
+            sampler=PoissonSampler(64, sampling_probability=0.1),
+        )
+
+
+def test_nan_gradients_raise_by_default() -> None:
+    trainer = _trainer(q=1.0)
+    trainer.inputs = trainer.inputs.clone()
+    trainer.inputs[0, 0] = math.nan
+    with pytest.raises(NonFiniteGradientError):
+        trainer.step()
+    assert trainer.ledger.steps == 0  # nothing was released
