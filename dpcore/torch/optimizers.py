@@ -53,7 +53,9 @@ class DPOptimizer:
             raise InvalidParameterError("engine", "to be a PerExampleEngine", engine)
         self.noise_multiplier = check_positive("noise_multiplier", noise_multiplier)
         self.expected_batch_size = check_positive("expected_batch_size", expected_batch_size)
-        held = [p for group in optimizer.param_groups for p in group["params"]]
+        # Frozen parameters (e.g. DPLSTM's fixed identity) may sit in the optimizer: they never
+        # receive a gradient, so only the trainable ones must match the engine's.
+        held = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
         trainable = engine.parameters
         if {id(p) for p in held} != {id(p) for p in trainable} or len(held) != len(trainable):
             raise InvalidParameterError(

@@ -95,3 +95,15 @@ def test_optimizer_over_other_parameters_is_rejected() -> None:
             noise_multiplier=1.0,
             expected_batch_size=10.0,
         )
+
+
+def test_frozen_parameters_in_the_optimizer_are_ignored() -> None:
+    model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+    model[0].requires_grad_(False)
+    optimizer = DPOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        engine=VmapEngine(model, max_grad_norm=1.0),
+        noise_multiplier=1.0,
+        expected_batch_size=10.0,
+    )
+    assert len(optimizer.engine.parameters) == 2

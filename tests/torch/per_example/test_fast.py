@@ -1,0 +1,283 @@
+"""FastEngine (ghost norms + book-keeping) against a one-example-at-a-time autograd loop."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+from torch import nn
+
+from dpcore.errors import InvalidParameterError
+from dpcore.torch.errors import IncompatibleModelError, NonFiniteGradientError
+from dpcore.torch.layers import DPLSTM
+from dpcore.torch.per_example.fast import FastEngine, fast_path_supports
+from tests.torch.models import (
+    MLP,
+    Conv1dNet,
+    EmbeddingLSTMClassifier,
+    SharedLinearNet,
+    SmallCNN,
+    TransformerBlockClassifier,
+)
+
+CROSS_ENTROPY = nn.CrossEntropyLoss(reduction="none")
+STRATEGIES = ["auto", "ghost", "materialize"]
+MODELS: dict[str, Callable[[], nn.Module]] = {
+    "mlp": MLP,
+    "cnn": SmallCNN,
+    "conv1d": Conv1dNet,
+    "lstm": EmbeddingLSTMClassifier,
+    "transformer": TransformerBlockClassifier,
+    "shared_linear": SharedLinearNet,
+}
+
+
+def loop_gradients(
+    model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor
+) -> tuple[list[list[torch.Tensor]], torch.Tensor]:
+    """Per-example gradients by plain autograd on each example alone, and their norms."""
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    gradients = []
+    for i in range(inputs.shape[0]):
+        loss = CROSS_ENTROPY(model(inputs[i : i + 1]), targets[i : i + 1]).sum()
+        grads = torch.autograd.grad(loss, parameters, allow_unused=True)
+        gradients.append(
+            [
+                torch.zeros_like(p) if g is None else g
+                for p, g in zip(parameters, grads, strict=True)
+            ]
+        )
+    norms = torch.stack([torch.sqrt(sum(g.square().sum() for g in row)) for row in gradients])
+    return gradients, norms
+
+
+def check_against_loop(model: nn.Module, batch_size: int = 6, **engine_options: object) -> None:
+    torch.manual_seed(0)
+    inputs, targets = model.make_batch(batch_size)  # type: ignore[operator]
+    gradients, norms = loop_gradients(model, inputs, targets)
+    bound = float(norms.median())  # clips some examples but not all
+    engine = FastEngine(model, max_grad_norm=bound, **engine_options)  # type: ignore[arg-type]
+    lot = engine.clipped_sum(inputs, targets, CROSS_ENTROPY)
+    torch.testing.assert_close(lot.norms, norms, atol=1e-8, rtol=0)
+    factors = torch.clamp(bound / norms, max=1.0)
+    assert bool((factors < 1).any()) and bool((factors == 1).any())
+    for index, summed in enumerate(lot.summed):
+        expected = sum(f * row[index] for f, row in zip(factors, gradients, strict=True))
+        torch.testing.assert_close(summed, expected, atol=1e-8, rtol=0)
+    assert bool((lot.norms * lot.clip_factors <= bound * (1 + 1e-6)).all())
+    torch.testing.assert_close(lot.losses, CROSS_ENTROPY(model(inputs), targets).detach())
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_matches_per_example_loop(name: str, strategy: str) -> None:
+    torch.manual_seed(1)
+    check_against_loop(MODELS[name](), norm_strategy=strategy)
+
+
+def test_grouped_and_padded_convolutions() -> None:
+    torch.manual_seed(2)
+    model = nn.Sequential(
+        nn.Conv2d(4, 6, 3, groups=2, padding=1, padding_mode="circular", dtype=torch.float64),
+        nn.Tanh(),
+        nn.Conv2d(6, 6, (2, 3), groups=6, stride=(1, 2), padding="valid", dtype=torch.float64),
+        nn.Flatten(),
+        nn.Linear(6 * 4 * 2, 3, dtype=torch.float64),
+    )
+    generator = torch.Generator().manual_seed(0)
+
+    def make_batch(batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        inputs = torch.randn(batch_size, 4, 5, 5, generator=generator, dtype=torch.float64)
+        return inputs, torch.randint(0, 3, (batch_size,), generator=generator)
+
+    model.make_batch = make_batch  # type: ignore[assignment]
+    for strategy in STRATEGIES:
+        check_against_loop(model, norm_strategy=strategy)
+
+
+def test_sequence_linear_with_partly_frozen_parameters() -> None:
+    torch.manual_seed(3)
+    model = TransformerBlockClassifier()
+    model.query.bias.requires_grad_(False)
+    model.norm1.weight.requires_grad_(False)
+    check_against_loop(model)
+
+
+def test_dplstm_with_initial_state_and_unidirectional() -> None:
+    torch.manual_seed(4)
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lstm = DPLSTM(3, 4, dtype=torch.float64)
+            self.initial = nn.Linear(3, 8, dtype=torch.float64)
+            self.head = nn.Linear(4, 2, dtype=torch.float64)
+
+        def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+            h0, c0 = self.initial(inputs[:, 0]).unsqueeze(0).chunk(2, dim=-1)
+            _, (h_n, _) = self.lstm(inputs, (h0.contiguous(), c0.contiguous()))
+            return self.head(h_n[0])
+
+        def make_batch(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+            generator = torch.Generator().manual_seed(0)
+            inputs = torch.randn(batch_size, 6, 3, generator=generator, dtype=torch.float64)
+            return inputs, torch.randint(0, 2, (batch_size,), generator=generator)
+
+    for strategy in STRATEGIES:
+        check_against_loop(Model(), norm_strategy=strategy)
+
+
+def test_embedding_padding_and_repeats() -> None:
+    torch.manual_seed(5)
+    embedding = nn.Embedding(6, 3, padding_idx=2, dtype=torch.float64)
+    tokens = torch.tensor([[2, 1, 1, 2, 1, 4], [3, 3, 3, 3, 2, 2], [2, 2, 2, 2, 2, 2]])
+    backprop_weights = torch.randn(3, 6, 3, dtype=torch.float64)
+    for strategy in STRATEGIES:
+        engine = FastEngine(embedding, max_grad_norm=1e9, norm_strategy=strategy)  # type: ignore[arg-type]
+        lot = engine.clipped_sum(
+            tokens, backprop_weights, lambda out, weights: (out * weights).sum((1, 2))
+        )
+        expected_rows = []
+        for i in range(3):
+            grad = torch.zeros(6, 3, dtype=torch.float64)
+            for t in range(6):
+                if tokens[i, t] != 2:
+                    grad[tokens[i, t]] += backprop_weights[i, t]
+            expected_rows.append(grad)
+        norms = torch.stack([g.norm() for g in expected_rows])
+        torch.testing.assert_close(lot.norms, norms, atol=1e-12, rtol=0)
+        assert float(lot.norms[2]) == 0.0
+        torch.testing.assert_close(lot.summed[0], sum(expected_rows), atol=1e-12, rtol=0)
+        assert float(lot.summed[0][2].abs().sum()) == 0.0
+
+
+def test_reused_linear_is_handled_exactly() -> None:
+    model = SharedLinearNet()
+    engine = FastEngine(model, max_grad_norm=1.0)
+    assert len(engine._layers) == 2
+    check_against_loop(model)
+
+
+def test_unsupported_layers_name_the_module() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.MultiheadAttention(4, 2))
+    with pytest.raises(IncompatibleModelError, match=r"'1'.*MultiheadAttention.*VmapEngine"):
+        FastEngine(model, max_grad_norm=1.0)
+    assert not fast_path_supports(model)
+    lstm = nn.Sequential(nn.Linear(3, 3), nn.LSTM(3, 3, batch_first=True))
+    with pytest.raises(IncompatibleModelError, match=r"'1'.*LSTM.*DPLSTM"):
+        FastEngine(lstm, max_grad_norm=1.0)
+    assert fast_path_supports(EmbeddingLSTMClassifier())
+    assert not fast_path_supports(nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2)))
+
+
+def test_tied_weights_and_unfrozen_identity_are_rejected() -> None:
+    model = nn.Sequential(nn.Embedding(5, 4), nn.Linear(4, 5, bias=False))
+    model[1].weight = model[0].weight
+    with pytest.raises(IncompatibleModelError, match="tied"):
+        FastEngine(model, max_grad_norm=1.0)
+    lstm = DPLSTM(2, 3)
+    lstm.requires_grad_(True)
+    with pytest.raises(IncompatibleModelError, match=r"directions\.0\.recurrent.*frozen"):
+        FastEngine(lstm, max_grad_norm=1.0)
+    sparse = nn.Embedding(5, 2, sparse=True)
+    with pytest.raises(IncompatibleModelError, match="sparse"):
+        FastEngine(sparse, max_grad_norm=1.0)
+
+
+def test_inplace_modification_and_non_batch_first_are_rejected() -> None:
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(inplace=True), nn.Linear(4, 2))
+    engine = FastEngine(model, max_grad_norm=1.0)
+    with pytest.raises(IncompatibleModelError, match=r"'0'.*in place"):
+        engine.clipped_sum(torch.randn(4, 3), torch.tensor([0, 1, 0, 1]), CROSS_ENTROPY)
+
+    class TimeFirst(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = nn.Linear(3, 2)
+
+        def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+            return self.linear(inputs.transpose(0, 1)).mean(0)
+
+    engine = FastEngine(TimeFirst(), max_grad_norm=1.0)
+    with pytest.raises(IncompatibleModelError, match=r"'linear'.*batch"):
+        engine.clipped_sum(torch.randn(4, 5, 3), torch.tensor([0, 1, 0, 1]), CROSS_ENTROPY)
+
+
+@pytest.mark.parametrize("name", ["cnn", "lstm", "transformer"])
+def test_nonfinite_rows(name: str) -> None:
+    torch.manual_seed(6)
+    model = MODELS[name]()
+    inputs, targets = model.make_batch(5)  # type: ignore[operator]
+    if inputs.is_floating_point():
+        inputs[2] = float("nan")
+    else:  # poison the embedding row of a token only example 2 uses
+        model.embedding.weight.data[7] = float("nan")  # type: ignore[union-attr, index]
+        inputs[2, 0] = 7
+    with pytest.raises(NonFiniteGradientError, match=r"\[2\]"):
+        FastEngine(model, max_grad_norm=0.5).clipped_sum(inputs, targets, CROSS_ENTROPY)
+    lot = FastEngine(model, max_grad_norm=0.5, nonfinite="zero").clipped_sum(
+        inputs, targets, CROSS_ENTROPY
+    )
+    assert float(lot.clip_factors[2]) == 0.0
+    keep = torch.tensor([0, 1, 3, 4])
+    rest = FastEngine(model, max_grad_norm=0.5).clipped_sum(
+        inputs[keep], targets[keep], CROSS_ENTROPY
+    )
+    for summed, expected in zip(lot.summed, rest.summed, strict=True):
+        assert bool(torch.isfinite(summed).all())
+        torch.testing.assert_close(summed, expected, atol=1e-10, rtol=0)
+
+
+def test_empty_lot_and_invalid_strategy() -> None:
+    model = MLP()
+    engine = FastEngine(model, max_grad_norm=1.0)
+    lot = engine.clipped_sum(
+        torch.zeros(0, 6, dtype=torch.float64), torch.zeros(0, dtype=torch.long), CROSS_ENTROPY
+    )
+    assert lot.norms.shape == (0,)
+    assert all(float(s.abs().sum()) == 0.0 for s in lot.summed)
+    with pytest.raises(InvalidParameterError, match="norm_strategy"):
+        FastEngine(model, max_grad_norm=1.0, norm_strategy="fast")  # type: ignore[arg-type]
+
+
+def test_hooks_are_removed_and_model_still_trains_normally() -> None:
+    model = MLP()
+    inputs, targets = model.make_batch(4)
+    FastEngine(model, max_grad_norm=1.0).clipped_sum(inputs, targets, CROSS_ENTROPY)
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+    CROSS_ENTROPY(model(inputs), targets).sum().backward()
+    assert all(p.grad is not None for p in model.parameters())
+
+
+class _FunctionalReuse(nn.Module):
+    """Uses its child's weight both through the child and functionally (hooks see one use)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = nn.Linear(4, 4, dtype=torch.float64)
+        self.head = nn.Linear(4, 2, dtype=torch.float64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = self.inner(x) + torch.nn.functional.linear(x, self.inner.weight)
+        return self.head(torch.tanh(hidden))
+
+
+def test_first_lot_verification_catches_gradient_the_hooks_miss() -> None:
+    model = _FunctionalReuse()
+    generator = torch.Generator().manual_seed(0)
+    inputs = torch.randn(6, 4, generator=generator, dtype=torch.float64)
+    targets = torch.randint(0, 2, (6,), generator=generator)
+    loss_fn = nn.CrossEntropyLoss(reduction="none")
+    with pytest.raises(IncompatibleModelError, match=r"'inner\.weight'.*VmapEngine"):
+        FastEngine(model, max_grad_norm=1.0).clipped_sum(inputs, targets, loss_fn)
+
+
+def test_verification_runs_once_and_passes_on_supported_models() -> None:
+    model = nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 2)).double()
+    engine = FastEngine(model, max_grad_norm=1.0)
+    inputs = torch.randn(4, 3, dtype=torch.float64)
+    targets = torch.tensor([0, 1, 1, 0])
+    loss_fn = nn.CrossEntropyLoss(reduction="none")
+    engine.clipped_sum(inputs, targets, loss_fn)
+    assert engine._verified
