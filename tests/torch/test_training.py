@@ -49,7 +49,9 @@ def _trainer(
     return DPTrainer.dp_adam(model, lr=0.01, **options)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(("kind", "engine"), [("sgd", "vmap"), ("adam", "vmap"), ("adam", "jl")])
+@pytest.mark.parametrize(
+    ("kind", "engine"), [("sgd", "vmap"), ("sgd", "fast"), ("adam", "auto"), ("adam", "jl")]
+)
 def test_kill_and_resume_matches_a_straight_run(kind: str, engine: str, tmp_path: Path) -> None:
     straight = _trainer(kind, engine)
     straight.train(steps=10, delta=1e-5, progress=False)
