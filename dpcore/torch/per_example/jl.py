@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Iterator
-from typing import Any
 
 import torch
 from torch import nn
@@ -41,9 +40,11 @@ __all__ = ["JLEngine"]
 
 
 @contextlib.contextmanager
-def _forward_mode_friendly(device: torch.device) -> Iterator[None]:
-    """Disable oneDNN on CPU: its fused LSTM kernel has no forward-mode derivative."""
-    if device.type != "cpu":
+def _forward_mode_friendly(model: nn.Module, device: torch.device) -> Iterator[None]:
+    """Disable oneDNN on CPU around recurrent layers: its fused RNN kernels have no forward-mode
+    derivative (convolutions keep it: they do, and are much faster with it)."""
+    recurrent = any(isinstance(module, nn.RNNBase) for module in model.modules())
+    if device.type != "cpu" or not recurrent:
         yield
         return
     previous = torch._C._get_mkldnn_enabled()
@@ -105,62 +106,49 @@ class JLEngine(PerExampleEngine):
 
     def projections(
         self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(P, losses, outputs)`` with ``P[j, i] = <g_i, v_j>`` for freshly drawn directions."""
+    ) -> torch.Tensor:
+        """``P`` with ``P[j, i] = <g_i, v_j>`` for freshly drawn directions ``v_j``.
+
+        Torch's random state is restored afterwards, so a following forward pass draws the same
+        dropout masks as the projections did.
+        """
         trainable = {n: p.detach() for n, p in self.named_parameters}
         frozen = {n: p.detach() for n, p in self.model.named_parameters() if not p.requires_grad}
         buffers = dict(self.model.named_buffers())
         batch = inputs.shape[0]
-        captured: dict[str, torch.Tensor] = {}
 
         def losses_of(params: dict[str, torch.Tensor]) -> torch.Tensor:
             outputs = functional_call(self.model, (params, frozen, buffers), (inputs,))
-            captured["outputs"] = outputs
             return per_example_losses(loss_fn, outputs, targets, batch)
 
-        tangents = self._draw_directions()
-        rng = torch.get_rng_state()
-        with _forward_mode_friendly(self.parameters[0].device), _quiet_forward_ad():
-            if self.vmap_directions:
-                try:
-                    return self._vmapped(losses_of, trainable, tangents, captured, rng)
-                except RuntimeError as error:  # randomness inside vmap: one pass per direction
-                    if "randomness" not in str(error):
-                        raise
-            rows = []
-            losses = torch.empty(0)
-            for j in range(self.jl_dimension):
-                torch.set_rng_state(rng)  # every pass sees the same dropout masks
-                tangent = {name: t[j] for name, t in tangents.items()}
-                pair = jvp(losses_of, (trainable,), (tangent,))
-                losses, row = pair[0], pair[1]
-                rows.append(row)
-        torch.set_rng_state(rng)
-        return torch.stack(rows), losses.detach(), captured["outputs"].detach()
-
-    def _vmapped(
-        self,
-        losses_of: Any,
-        trainable: dict[str, torch.Tensor],
-        tangents: dict[str, torch.Tensor],
-        captured: dict[str, torch.Tensor],
-        rng: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         def one_direction(tangent: dict[str, torch.Tensor]) -> torch.Tensor:
             projection: torch.Tensor = jvp(losses_of, (trainable,), (tangent,))[1]
             return projection
 
-        projected = vmap(one_direction, randomness="error")(tangents)
-        torch.set_rng_state(rng)
-        with torch.no_grad():
-            losses = losses_of(trainable)
-        torch.set_rng_state(rng)
-        return projected, losses.detach(), captured["outputs"].detach()
+        tangents = self._draw_directions()
+        rng = torch.get_rng_state()
+        device = self.parameters[0].device
+        try:
+            with _forward_mode_friendly(self.model, device), _quiet_forward_ad():
+                if self.vmap_directions:
+                    try:
+                        batched: torch.Tensor = vmap(one_direction, randomness="error")(tangents)
+                        return batched
+                    except RuntimeError as error:  # randomness inside: one pass per direction
+                        if "randomness" not in str(error):
+                            raise
+                rows = []
+                for j in range(self.jl_dimension):
+                    torch.set_rng_state(rng)  # every pass sees the same dropout masks
+                    rows.append(one_direction({name: t[j] for name, t in tangents.items()}))
+                return torch.stack(rows)
+        finally:
+            torch.set_rng_state(rng)
 
     def _clipped_sum(
         self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction
     ) -> ClippedBatch:
-        projected, _, _ = self.projections(inputs, targets, loss_fn)
+        projected = self.projections(inputs, targets, loss_fn)
         norms = projected.square().mean(dim=0).sqrt()
         factors = clip_factors(norms, max_grad_norm=self.max_grad_norm, nonfinite=self.nonfinite)
         outputs = self.model(inputs)

@@ -40,7 +40,7 @@ def test_estimates_follow_scaled_chi_square(r: int) -> None:
     engine = JLEngine(
         model, max_grad_norm=1.0, jl_dimension=r * groups, directions=SeededGaussianNoise(r)
     )
-    projected, _, _ = engine.projections(inputs, targets, loss_fn)
+    projected = engine.projections(inputs, targets, loss_fn)
     estimates = projected.reshape(groups, r, -1).square().mean(dim=1)  # (groups, batch)
     level = FALSE_REJECTION / 8
     for i in range(inputs.shape[0]):

@@ -1,0 +1,537 @@
+"""Step time and peak memory of DP training: non-private SGD, dpcore's DP-SGD, DP-SGD-JL, Opacus.
+
+Two models, lot 256, random data of the right shape (timing does not depend on the values):
+
+- ``mnist_cnn``: the TensorFlow Privacy MNIST CNN (:func:`dpcore.torch.models.tf_privacy_mnist_cnn`,
+  26,010 parameters) on float32 ``(256, 1, 28, 28)`` images uniform in [0, 1), 10 classes;
+- ``imdb_lstm``: the DP-SGD-JL paper's IMDb model (:func:`dpcore.torch.models.imdb_lstm`,
+  ~587k parameters) on ``(256, 150)`` token ids below 8000, binary labels.
+
+One *step* is a full optimizer step on the lot:
+
+- ``nonprivate``: forward, mean loss, backward, SGD step. On ``imdb_lstm`` the reference is the
+  model with ``nn.LSTM`` (``variant: "lstm"``, what users would run); a second row with
+  ``variant: "dplstm"`` shows dpcore's clip-friendly LSTM without privacy.
+- ``dpsgd_exact``: ``FastEngine.clipped_sum`` + ``DPOptimizer.step`` (sigma = 1, C = 1, expected
+  lot 256); the ``dplstm`` variant on ``imdb_lstm``.
+- ``dpsgd_vmap``: the same with ``VmapEngine``; on ``imdb_lstm`` with ``nn.LSTM`` (vmap over
+  ``nn.LSTM`` needs float32 and oneDNN, which is left on).
+- ``dpsgd_jl``: ``JLEngine`` with r in ``JL_DIMENSIONS``; on ``imdb_lstm`` with ``nn.LSTM``
+  (faster than the DPLSTM variant; the engine turns oneDNN off only around its projections).
+- ``opacus_<mode>`` for mode in hooks, functorch, ew, ghost: ``PrivacyEngine.make_private``
+  (``poisson_sampling=False``, so the fixed lot is fed straight to the wrapped model) then
+  forward, loss, backward, ``optimizer.step()``; on ``imdb_lstm`` the LSTM is Opacus'
+  ``opacus.layers.DPLSTM`` (``variant: "opacus_dplstm"``). A mode that fails on a model is a row
+  with ``"error"`` and null timings.
+
+Every (model, method) cell runs in its own Python process (``python -m bench.training --worker``),
+so ``peak_rss_mb`` (``ru_maxrss``) is that method's own peak; ``baseline_rss_mb`` is the same
+counter just before the first step (interpreter, torch, model, data). Each process uses
+``torch.set_num_threads(threads)`` (1 by default) and ``torch.set_flush_denormal(True)``: the
+LSTM backward on CPU is ~3x slower on denormal floats, so every method gets the flag alike. Warm-up
+steps are excluded; ``step_seconds`` is the median of the timed steps. ``ratio_to_nonprivate``
+divides by the reference non-private row of the same model measured in the same run.
+
+``quick`` (for ``nox -s bench -- training --quick``, under 5 minutes on 2 CPU cores) keeps the
+models, the lot of 256 and every method, but (1) times at most 3 steps after 1 warm-up instead of
+10 after 2, and fewer for slow methods: ``clamp(6 s // warm-up step time, 1, 3)`` steps (the
+IMDb vmap, JL r = 10 and Opacus cells get 1 or 2; each row says ``timed_steps``), and (2) on
+``imdb_lstm`` drops r = 30 from the JL dimensions (about a minute on its own there).
+
+With ``device="cuda"`` models and data live on the GPU, the clock is read after
+``torch.cuda.synchronize()``, and ``peak_gpu_mb`` is ``torch.cuda.max_memory_allocated``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+BATCH_SIZE = 256
+NOISE_MULTIPLIER = 1.0
+MAX_GRAD_NORM = 1.0
+LEARNING_RATE = 0.05
+MODELS = ("mnist_cnn", "imdb_lstm")
+JL_DIMENSIONS = (1, 5, 10, 30)
+QUICK_JL_DIMENSIONS = {"mnist_cnn": (1, 5, 10, 30), "imdb_lstm": (1, 5, 10)}
+OPACUS_MODES = ("hooks", "functorch", "ew", "ghost")
+FULL = {"warmup": 2, "steps": 10, "budget": None, "timeout": 1800}
+QUICK = {"warmup": 1, "steps": 3, "budget": 6.0, "timeout": 300}
+"""``budget``: seconds of timed steps per cell, estimated from the last warm-up step; at least
+one step is timed, at most ``steps``. ``None``: always ``steps``."""
+GOALS = {"dpsgd_exact": {"mnist_cnn": 1.5, "imdb_lstm": 2.0}}
+"""Ratio goals (step time over non-private); DP-SGD-JL(r): at most ``1 + 0.5 r``."""
+
+_RESULT = "BENCH-RESULT "
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """One (model, method) measurement."""
+
+    model: str
+    method: str
+    variant: str | None = None
+    jl_dimension: int | None = None
+
+    @property
+    def label(self) -> str:
+        parts = [self.model, self.method]
+        if self.variant is not None:
+            parts.append(self.variant)
+        if self.jl_dimension is not None:
+            parts.append(f"r={self.jl_dimension}")
+        return " ".join(parts)
+
+
+def cells(*, quick: bool, models: tuple[str, ...] = MODELS) -> list[Cell]:
+    """Every cell of the benchmark, reference rows first."""
+    result = []
+    for model in models:
+        lstm = model == "imdb_lstm"
+        result.append(Cell(model, "nonprivate", "lstm" if lstm else None))
+        if lstm:
+            result.append(Cell(model, "nonprivate", "dplstm"))
+        result.append(Cell(model, "dpsgd_exact", "dplstm" if lstm else None))
+        result.append(Cell(model, "dpsgd_vmap", "lstm" if lstm else None))
+        dimensions = QUICK_JL_DIMENSIONS[model] if quick else JL_DIMENSIONS
+        for r in dimensions:
+            result.append(Cell(model, "dpsgd_jl", "lstm" if lstm else None, r))
+        for mode in OPACUS_MODES:
+            result.append(Cell(model, f"opacus_{mode}", "opacus_dplstm" if lstm else None))
+    return result
+
+
+# ----------------------------------------------------------------------------- worker side
+
+
+def _lot(model: str, device: Any) -> tuple[Any, Any]:
+    """``(inputs, targets)``: a fixed random lot of ``BATCH_SIZE`` for ``model``."""
+    import torch
+
+    from dpcore.torch.models import IMDB_SEQUENCE_LENGTH
+
+    generator = torch.Generator().manual_seed(1)
+    if model == "mnist_cnn":
+        inputs = torch.rand(BATCH_SIZE, 1, 28, 28, generator=generator)
+        targets = torch.randint(0, 10, (BATCH_SIZE,), generator=generator)
+    else:
+        inputs = torch.randint(0, 8000, (BATCH_SIZE, IMDB_SEQUENCE_LENGTH), generator=generator)
+        targets = torch.randint(0, 2, (BATCH_SIZE,), generator=generator).float()
+    return inputs.to(device), targets.to(device)
+
+
+def _losses(model: str) -> tuple[Any, Any]:
+    """``(per-example loss, mean loss)``: cross-entropy on MNIST, logistic on IMDb."""
+    from torch import nn
+
+    if model == "mnist_cnn":
+        return nn.CrossEntropyLoss(reduction="none"), nn.CrossEntropyLoss()
+    return nn.BCEWithLogitsLoss(reduction="none"), nn.BCEWithLogitsLoss()
+
+
+def _model(cell: Cell) -> Any:
+    import torch
+
+    from dpcore.torch.models import imdb_lstm, tf_privacy_mnist_cnn
+
+    torch.manual_seed(0)
+    if cell.model == "mnist_cnn":
+        return tf_privacy_mnist_cnn()
+    if cell.variant == "opacus_dplstm":
+        from opacus import layers as opacus_layers
+
+        model = imdb_lstm(recurrent="lstm")
+        model.lstm = opacus_layers.DPLSTM(64, 64, batch_first=True, bidirectional=True)
+        return model
+    return imdb_lstm(recurrent="dplstm" if cell.variant == "dplstm" else "lstm")
+
+
+def _step_function(cell: Cell, model: Any, inputs: Any, targets: Any) -> Callable[[], None]:
+    """A closure doing one full optimizer step of ``cell``'s method on the fixed lot."""
+    import torch
+
+    from dpcore.torch.optimizers import DPOptimizer
+    from dpcore.torch.per_example.fast import FastEngine
+    from dpcore.torch.per_example.jl import JLEngine
+    from dpcore.torch.per_example.vmap import VmapEngine
+
+    per_example, mean_loss = _losses(cell.model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
+    if cell.method == "nonprivate":
+
+        def nonprivate() -> None:
+            optimizer.zero_grad(set_to_none=True)
+            mean_loss(model(inputs), targets).backward()
+            optimizer.step()
+
+        return nonprivate
+    if cell.method.startswith("dpsgd_"):
+        engine: Any
+        if cell.method == "dpsgd_exact":
+            engine = FastEngine(model, max_grad_norm=MAX_GRAD_NORM)
+        elif cell.method == "dpsgd_vmap":
+            engine = VmapEngine(model, max_grad_norm=MAX_GRAD_NORM)
+        else:
+            assert cell.jl_dimension is not None
+            engine = JLEngine(model, max_grad_norm=MAX_GRAD_NORM, jl_dimension=cell.jl_dimension)
+        private = DPOptimizer(
+            optimizer,
+            engine=engine,
+            noise_multiplier=NOISE_MULTIPLIER,
+            expected_batch_size=BATCH_SIZE,
+        )
+
+        def dpsgd() -> None:
+            private.step(engine.clipped_sum(inputs, targets, per_example))
+
+        return dpsgd
+    return _opacus_step(cell.method.removeprefix("opacus_"), model, inputs, targets, mean_loss)
+
+
+def _opacus_step(
+    mode: str, model: Any, inputs: Any, targets: Any, criterion: Any
+) -> Callable[[], None]:
+    """Opacus' own loop: wrapped model forward, loss, backward, DP optimizer step."""
+    import torch
+    from opacus import PrivacyEngine
+    from torch.utils.data import DataLoader, TensorDataset
+
+    optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
+    # make_private reads the expected lot size off a loader; with poisson_sampling=False it is
+    # not resampled, and the fixed lot below is fed to the wrapped model directly.
+    loader = DataLoader(TensorDataset(inputs.cpu(), targets.cpu()), batch_size=BATCH_SIZE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        made = PrivacyEngine().make_private(
+            module=model,
+            optimizer=optimizer,
+            criterion=criterion,
+            data_loader=loader,
+            noise_multiplier=NOISE_MULTIPLIER,
+            max_grad_norm=MAX_GRAD_NORM,
+            poisson_sampling=False,
+            grad_sample_mode=mode,
+        )
+    if mode == "ghost":  # (module, optimizer, criterion wrapper, loader): two-pass backward
+        wrapped, private, criterion = made[0], made[1], made[2]
+    else:
+        wrapped, private = made[0], made[1]
+
+    def opacus() -> None:
+        private.zero_grad(set_to_none=True)
+        criterion(wrapped(inputs), targets).backward()
+        private.step()
+
+    return opacus
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
+
+
+def measure(
+    cell: Cell,
+    *,
+    device: str,
+    threads: int,
+    warmup: int,
+    steps: int,
+    budget: float | None = None,
+) -> dict[str, Any]:
+    """Time ``cell`` in this process: ``warmup`` untimed steps, then the median of ``steps``.
+
+    With a ``budget`` (seconds), only ``clamp(budget // last warm-up step, 1, steps)`` steps are
+    timed, so a slow method costs a bounded time in the quick profile.
+    """
+    import torch
+
+    torch.set_num_threads(threads)
+    flush = torch.set_flush_denormal(True)
+    where = torch.device(device)
+    cuda = where.type == "cuda"
+    row: dict[str, Any] = {
+        "step_seconds": None,
+        "step_seconds_all": None,
+        "baseline_rss_mb": None,
+        "peak_rss_mb": None,
+        "peak_gpu_mb": None,
+        "timed_steps": None,
+        "warmup_seconds": None,
+        "parameters": None,
+        "flush_denormal": bool(flush),
+        "error": None,
+    }
+    try:
+        model = _model(cell).to(where)
+        row["parameters"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        inputs, targets = _lot(cell.model, where)
+        step = _step_function(cell, model, inputs, targets)
+        row["baseline_rss_mb"] = _peak_rss_mb()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            warm = []
+            for _ in range(warmup):
+                start = time.perf_counter()
+                step()
+                if cuda:
+                    torch.cuda.synchronize()
+                warm.append(time.perf_counter() - start)
+            if cuda:
+                torch.cuda.reset_peak_memory_stats()
+            count = steps
+            if budget is not None and warm:
+                count = max(1, min(steps, int(budget // max(warm[-1], 1e-9))))
+            row["warmup_seconds"] = warm
+            row["timed_steps"] = count
+            times = []
+            for _ in range(count):
+                start = time.perf_counter()
+                step()
+                if cuda:
+                    torch.cuda.synchronize()
+                times.append(time.perf_counter() - start)
+        row["step_seconds"] = statistics.median(times)
+        row["step_seconds_all"] = times
+        if cuda:
+            row["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    except Exception as error:  # recorded, not raised: one failing method must not stop the run
+        row["error"] = f"{type(error).__name__}: {error}"[:2000]
+        row["step_seconds"] = row["step_seconds_all"] = None
+    row["peak_rss_mb"] = _peak_rss_mb()
+    return row
+
+
+def _worker(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.training --worker")
+    parser.add_argument("--worker", required=True, help="the cell, as JSON")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--warmup", type=int, required=True)
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--budget", type=float, default=None)
+    args = parser.parse_args(argv)
+    cell = Cell(**json.loads(args.worker))
+    row = measure(
+        cell,
+        device=args.device,
+        threads=args.threads,
+        warmup=args.warmup,
+        steps=args.steps,
+        budget=args.budget,
+    )
+    print(_RESULT + json.dumps(row), flush=True)
+    return 0
+
+
+# ----------------------------------------------------------------------------- driver side
+
+
+def _run_cell(
+    cell: Cell,
+    *,
+    device: str,
+    threads: int,
+    warmup: int,
+    steps: int,
+    budget: float | None,
+    timeout: float,
+) -> dict[str, Any]:
+    command = [
+        sys.executable,
+        "-m",
+        "bench.training",
+        "--worker",
+        json.dumps(dataclasses.asdict(cell)),
+        f"--device={device}",
+        f"--threads={threads}",
+        f"--warmup={warmup}",
+        f"--steps={steps}",
+        *([] if budget is None else [f"--budget={budget}"]),
+    ]
+    try:
+        done = subprocess.run(
+            command,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    for line in reversed(done.stdout.splitlines()):
+        if line.startswith(_RESULT):
+            result: dict[str, Any] = json.loads(line.removeprefix(_RESULT))
+            return result
+    tail = (done.stderr or done.stdout).strip()[-1500:]
+    return {"error": f"worker exited with status {done.returncode}: {tail}"}
+
+
+def _reference(rows: list[dict[str, Any]], model: str) -> float | None:
+    variant = "lstm" if model == "imdb_lstm" else None
+    for row in rows:
+        if row["model"] == model and row["method"] == "nonprivate" and row["variant"] == variant:
+            seconds: float | None = row["step_seconds"]
+            return seconds
+    return None
+
+
+def _goal(row: dict[str, Any]) -> float | None:
+    if row["method"] == "dpsgd_jl":
+        return 1.0 + 0.5 * float(row["jl_dimension"])
+    return GOALS.get(row["method"], {}).get(row["model"])
+
+
+def check_device(device: str) -> None:
+    """Raise unless ``device`` is ``"cpu"``, or ``"cuda"`` with a CUDA device visible to torch.
+
+    Raises:
+        ValueError: ``device`` is neither.
+        RuntimeError: ``"cuda"`` on a machine where ``torch.cuda.is_available()`` is False.
+    """
+    import torch
+
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(
+            "--device cuda was asked for, but torch.cuda.is_available() is False "
+            f"(torch {torch.__version__}, CUDA build: {torch.version.cuda}); run on a machine "
+            "with an NVIDIA GPU and a CUDA build of torch (DPCORE_TORCH=cuda nox -s bench ...)."
+        )
+
+
+def run(
+    results_dir: Path,
+    *,
+    quick: bool = False,
+    device: str = "cpu",
+    threads: int = 1,
+    models: tuple[str, ...] = MODELS,
+) -> list[dict[str, Any]]:
+    """Measure every cell, write ``training.json`` (+ ``training.meta.json``), return the rows.
+
+    Args:
+        results_dir: where the JSON files go.
+        quick: 1 warm-up + 3 timed steps per cell and r <= 10 on ``imdb_lstm`` (see module doc).
+        device: ``"cpu"`` or ``"cuda"`` (the GPU profile).
+        threads: torch intra-op threads in every worker.
+        models: a subset of :data:`MODELS`.
+
+    Raises:
+        RuntimeError: ``device="cuda"`` on a machine where torch sees no CUDA device.
+        ValueError: an unknown device or model.
+    """
+    import torch
+    from tqdm import tqdm
+
+    from dpcore.provenance import provenance
+
+    check_device(device)
+    unknown = sorted(set(models) - set(MODELS))
+    if unknown:
+        raise ValueError(f"unknown model(s) {unknown}; expected names in {MODELS}")
+    config = QUICK if quick else FULL
+    started = time.perf_counter()
+    rows: list[dict[str, Any]] = []
+    todo = cells(quick=quick, models=models)
+    progress = tqdm(todo, desc="training benchmark", unit="cell")
+    for cell in progress:
+        progress.set_postfix_str(cell.label)
+        measured = _run_cell(
+            cell,
+            device=device,
+            threads=threads,
+            warmup=config["warmup"],
+            steps=config["steps"],
+            budget=config["budget"],
+            timeout=config["timeout"],
+        )
+        row = {
+            **dataclasses.asdict(cell),
+            "batch_size": BATCH_SIZE,
+            "step_seconds": None,
+            "peak_rss_mb": None,
+            "threads": threads,
+            "device": device,
+            **measured,
+        }
+        rows.append(row)
+        seconds = row["step_seconds"]
+        outcome = f"{seconds:.3f} s/step" if seconds is not None else f"error: {row['error']}"
+        progress.write(f"{cell.label}: {outcome}"[:300])
+    for row in rows:
+        reference = _reference(rows, row["model"])
+        seconds = row["step_seconds"]
+        ratio = None if reference is None or seconds is None else seconds / reference
+        row["ratio_to_nonprivate"] = ratio
+        goal = _goal(row)
+        row["goal_ratio"] = goal
+        row["goal_met"] = None if goal is None or ratio is None else ratio <= goal
+    results_dir.mkdir(parents=True, exist_ok=True)
+    (results_dir / "training.json").write_text(json.dumps(rows, indent=2) + "\n")
+    meta = provenance(
+        root=ROOT,
+        benchmark="training",
+        torch=torch.__version__,
+        opacus=_opacus_version(),
+        threads=threads,
+        flush_denormal=True,
+        quick=quick,
+        device=device,
+        device_name=torch.cuda.get_device_name() if device == "cuda" else None,
+        date=datetime.date.today().isoformat(),
+        wall_seconds=time.perf_counter() - started,
+        notes=[
+            "torch.set_flush_denormal(True) in every worker, for every method alike: LSTM "
+            "backward on CPU is ~3x slower on denormal floats without it.",
+            "Each (model, method) cell runs in its own process; peak_rss_mb is its ru_maxrss.",
+            "dpsgd_vmap on imdb_lstm uses nn.LSTM (vmap needs float32 and oneDNN on); dpsgd_jl "
+            "uses nn.LSTM too (JLEngine turns oneDNN off only around its jvp projections).",
+        ],
+        config={
+            "batch_size": BATCH_SIZE,
+            "noise_multiplier": NOISE_MULTIPLIER,
+            "max_grad_norm": MAX_GRAD_NORM,
+            "learning_rate": LEARNING_RATE,
+            "warmup_steps": config["warmup"],
+            "timed_steps": config["steps"],
+            "timed_seconds_budget_per_cell": config["budget"],
+            "statistic": "median",
+            "jl_dimensions": {
+                m: list(QUICK_JL_DIMENSIONS[m] if quick else JL_DIMENSIONS) for m in models
+            },
+            "opacus_modes": list(OPACUS_MODES),
+            "reference": "nonprivate row (imdb_lstm: variant 'lstm', i.e. nn.LSTM)",
+            "goals": "dpsgd_exact <= 1.5 (mnist_cnn), <= 2 (imdb_lstm); dpsgd_jl <= 1 + 0.5 r",
+            "mkldnn_enabled": bool(torch.backends.mkldnn.enabled),
+        },
+    )
+    (results_dir / "training.meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return rows
+
+
+def _opacus_version() -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version("opacus")
+    except Exception:
+        return None
+
+
+if __name__ == "__main__":
+    sys.exit(_worker(sys.argv[1:]))
