@@ -23,7 +23,13 @@ from dpcore.accountants.base import EstimateKind
 from dpcore.accountants.pld import PldAccountant
 from dpcore.calibration import calibrate_noise
 from dpcore.errors import DPCoreError, InvalidParameterError
-from dpcore.events import dpsgd_event
+from dpcore.events import (
+    DpEvent,
+    JLGaussianEvent,
+    PoissonSampledEvent,
+    SelfComposedEvent,
+    dpsgd_event,
+)
 from dpcore.validation import check_count, check_delta, check_epsilon
 
 __all__ = ["main"]
@@ -95,6 +101,12 @@ def _build_parser() -> argparse.ArgumentParser:
         help="noise standard deviation over the clipping norm, sigma >= 0",
     )
     account.add_argument(
+        "--jl-dimension",
+        type=_integer("jl_dimension"),
+        default=None,
+        help="also account DP-SGD-JL with r random projections (adds the 'jl' row)",
+    )
+    account.add_argument(
         "--accountants",
         type=_accountant_list,
         default=list(ACCOUNTANT_NAMES),
@@ -119,21 +131,33 @@ def account_rows(
     steps: int,
     delta: float,
     accountants: Sequence[str] = ACCOUNTANT_NAMES,
+    jl_dimension: int | None = None,
 ) -> list[dict[str, Any]]:
-    """One result object per accountant, as printed by ``account --json``."""
+    """One result object per accountant, as printed by ``account --json``.
+
+    With ``jl_dimension`` a last row ``jl`` gives the certified interval for DP-SGD-JL with that
+    many projections (Bu et al. 2021), the same steps otherwise.
+    """
     event = dpsgd_event(
         sampling_probability=sampling_rate, noise_multiplier=noise_multiplier, steps=steps
     )
     delta = check_delta("delta", delta)
+    runs: list[tuple[str, DpEvent]] = [(name, event) for name in accountants]
+    if jl_dimension is not None:
+        step = PoissonSampledEvent(
+            sampling_rate,
+            JLGaussianEvent(noise_multiplier, check_count("jl_dimension", jl_dimension, minimum=1)),
+        )
+        runs.append(("jl", SelfComposedEvent(step, steps)))
     rows: list[dict[str, Any]] = []
-    for name in accountants:
+    for name, run_event in runs:
         start = time.perf_counter()
         accountant = accountant_class(name)()
-        if not accountant.supports(event):
+        if not accountant.supports(run_event):
             continue
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            accountant.compose(event)
+            accountant.compose(run_event)
             row: dict[str, Any] = {"accountant": name, "kind": accountant.kind.value}
             if isinstance(accountant, PldAccountant):
                 interval = accountant.get_epsilon_interval(delta)
@@ -195,6 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 steps=args.steps,
                 delta=args.delta,
                 accountants=args.accountants,
+                jl_dimension=args.jl_dimension,
             )
             print(
                 json.dumps(rows, allow_nan=False) if args.json else _format_table(rows, args.delta)

@@ -192,3 +192,20 @@ def test_more_bad_inputs(
     assert _run(args) == 2
     err = capsys.readouterr().err
     assert fragment in err and err.count("\n") == 1
+
+
+def test_jl_dimension_adds_a_certified_jl_row(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["account", "--sampling-rate", "0.01", "--noise-multiplier", "1", "--steps", "200"]
+    argv += ["--delta", "1e-5", "--jl-dimension", "30", "--accountants", "pld", "--json"]
+    assert main(argv) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [row["accountant"] for row in rows] == ["pld", "jl"]
+    pld, jl = rows
+    assert jl["kind"] == "upper_bound" and jl["epsilon_lower"] <= jl["epsilon"]
+    assert jl["epsilon"] > pld["epsilon"]  # r = 30 costs privacy at sigma = 1
+
+
+def test_bad_jl_dimension_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["account", "--sampling-rate", "0.01", "--noise-multiplier", "1", "--steps", "10"]
+    assert main([*argv, "--delta", "1e-5", "--jl-dimension", "0"]) == 2
+    assert "Expected jl_dimension" in capsys.readouterr().err

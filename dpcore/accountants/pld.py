@@ -154,8 +154,7 @@ class PldAccountant(PrivacyAccountant):
         self._record(event, count, False)
 
     # ----------------------------------------------------------------- discretisation
-    @staticmethod
-    def _step_pmfs(event: DpEvent, spacing: float) -> list[_Direction]:
+    def _step_pmfs(self, event: DpEvent, spacing: float) -> list[_Direction]:
         """[(pessimistic, optimistic)] for the remove and add directions of one step."""
         if isinstance(event, EpsilonDeltaEvent):
             pair = epsilon_delta_pair(
@@ -178,19 +177,17 @@ class PldAccountant(PrivacyAccountant):
 
     def _loss_range(self) -> float:
         """Width of the widest single-step loss grid among the composed events."""
-        widths = [1.0]
-        for event in self._counts:
-            if isinstance(event, EpsilonDeltaEvent):
-                widths.append(2 * event.epsilon)
-            elif isinstance(event, LaplaceEvent):
-                widths.append(2 / event.noise_multiplier)
-            else:
-                q, sigma = _gaussian_parameters(event)
-                remove, _ = subsampled_gaussian_pairs(
-                    sampling_probability=q, noise_multiplier=sigma
-                )
-                widths.append(remove.high - remove.low)
-        return max(widths)
+        return max([1.0, *(self._step_width(event) for event in self._counts)])
+
+    def _step_width(self, event: DpEvent) -> float:
+        """Width of one step's loss grid."""
+        if isinstance(event, EpsilonDeltaEvent):
+            return 2 * event.epsilon
+        if isinstance(event, LaplaceEvent):
+            return 2 / event.noise_multiplier
+        q, sigma = _gaussian_parameters(event)
+        remove, _ = subsampled_gaussian_pairs(sampling_probability=q, noise_multiplier=sigma)
+        return remove.high - remove.low
 
     def _start_spacing(self) -> float:
         if self._settled is not None:

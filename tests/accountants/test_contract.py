@@ -20,13 +20,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dpcore.accountants import ACCOUNTANT_NAMES, PrivacyAccountant, accountant_class
+from dpcore.accountants import ALL_ACCOUNTANT_NAMES, PrivacyAccountant, accountant_class
 from dpcore.accountants.pld import PldAccountant
 from dpcore.accountants.rdp import OrderGridEdgeWarning, RdpAccountant
 from dpcore.errors import InvalidParameterError, StateError, UnsupportedEventError
 from dpcore.events import DpEvent, GaussianEvent, dpsgd_event
 
-ALL = [accountant_class(name) for name in ACCOUNTANT_NAMES]
+ALL = [accountant_class(name) for name in ALL_ACCOUNTANT_NAMES]
 PROPERTY = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 rates = st.sampled_from([0.001, 0.004, 0.01, 0.05, 0.2])
@@ -61,7 +61,7 @@ def _epsilon(
         return float(accountant.get_epsilon(delta))
 
 
-@pytest.mark.parametrize("cls", ALL, ids=ACCOUNTANT_NAMES)
+@pytest.mark.parametrize("cls", ALL, ids=ALL_ACCOUNTANT_NAMES)
 class TestContract:
     def test_empty_accountant_spends_nothing(self, cls: type[PrivacyAccountant]) -> None:
         accountant = cls()
