@@ -13,11 +13,14 @@ from collections.abc import Callable
 
 from reproductions.abadi2016 import fig2
 from reproductions.bu2019_gdp import tradeoff_curves
+from reproductions.erm import compute as erm_compute
+from reproductions.erm import plot as erm_plot
 
 #: name -> (compute, plot); compute takes the profile name.
 REPRODUCTIONS: dict[str, tuple[Callable[[str], None], Callable[[], None]]] = {
     "abadi2016_fig2": (lambda profile: fig2.compute(), fig2.plot),
     "bu2019_tradeoff_curves": (lambda profile: tradeoff_curves.compute(), tradeoff_curves.plot),
+    "erm": (erm_compute, erm_plot),
 }
 
 
