@@ -1,8 +1,9 @@
 """``python -m bench [NAME ...] [--quick] [--device cpu|cuda]``: run the named benchmarks.
 
 Default: all of them. ``--quick`` asks each benchmark for its short profile (``training``: fewer
-timed steps, see :mod:`bench.training`; ``accounting``: one repeat instead of three);
-``--device`` applies to ``training`` only (``accounting`` has no GPU part).
+timed steps, see :mod:`bench.training`; ``accounting``: one repeat instead of three;
+``training_memory``: lots up to 2**12 only, a smoke test); ``--device`` applies to ``training``
+only (``accounting`` has no GPU part; ``training_memory`` measures host RSS on CPU).
 """
 
 from __future__ import annotations
@@ -33,9 +34,18 @@ def _training(results_dir: Path, *, quick: bool, device: str) -> list[dict[str, 
     return training.run(results_dir, quick=quick, device=device)
 
 
+def _training_memory(results_dir: Path, *, quick: bool, device: str) -> list[dict[str, Any]]:
+    from bench import training_memory  # imports torch in its workers: only when asked for
+
+    if device != "cpu":
+        raise SystemExit("python -m bench training_memory: CPU only (it measures host RSS)")
+    return training_memory.run(results_dir, quick=quick)
+
+
 BENCHMARKS: dict[str, Callable[..., list[dict[str, Any]]]] = {
     "accounting": _accounting,
     "training": _training,
+    "training_memory": _training_memory,
 }
 
 

@@ -117,19 +117,19 @@ def cells(*, quick: bool, models: tuple[str, ...] = MODELS) -> list[Cell]:
 # ----------------------------------------------------------------------------- worker side
 
 
-def _lot(model: str, device: Any) -> tuple[Any, Any]:
-    """``(inputs, targets)``: a fixed random lot of ``BATCH_SIZE`` for ``model``."""
+def _lot(model: str, device: Any, batch_size: int = BATCH_SIZE) -> tuple[Any, Any]:
+    """``(inputs, targets)``: a fixed random lot of ``batch_size`` for ``model``."""
     import torch
 
     from dpcore.torch.models import IMDB_SEQUENCE_LENGTH
 
     generator = torch.Generator().manual_seed(1)
     if model == "mnist_cnn":
-        inputs = torch.rand(BATCH_SIZE, 1, 28, 28, generator=generator)
-        targets = torch.randint(0, 10, (BATCH_SIZE,), generator=generator)
+        inputs = torch.rand(batch_size, 1, 28, 28, generator=generator)
+        targets = torch.randint(0, 10, (batch_size,), generator=generator)
     else:
-        inputs = torch.randint(0, 8000, (BATCH_SIZE, IMDB_SEQUENCE_LENGTH), generator=generator)
-        targets = torch.randint(0, 2, (BATCH_SIZE,), generator=generator).float()
+        inputs = torch.randint(0, 8000, (batch_size, IMDB_SEQUENCE_LENGTH), generator=generator)
+        targets = torch.randint(0, 2, (batch_size,), generator=generator).float()
     return inputs.to(device), targets.to(device)
 
 
@@ -159,8 +159,14 @@ def _model(cell: Cell) -> Any:
     return imdb_lstm(recurrent="dplstm" if cell.variant == "dplstm" else "lstm")
 
 
-def _step_function(cell: Cell, model: Any, inputs: Any, targets: Any) -> Callable[[], None]:
-    """A closure doing one full optimizer step of ``cell``'s method on the fixed lot."""
+def _step_function(
+    cell: Cell, model: Any, inputs: Any, targets: Any, batch_size: int = BATCH_SIZE
+) -> Callable[[], None]:
+    """A closure doing one full optimizer step of ``cell``'s method on the fixed lot.
+
+    ``batch_size`` is the (expected) lot size the DP optimizers are told; it should match
+    ``len(inputs)``.
+    """
     import torch
 
     from dpcore.torch.optimizers import DPOptimizer
@@ -191,18 +197,24 @@ def _step_function(cell: Cell, model: Any, inputs: Any, targets: Any) -> Callabl
             optimizer,
             engine=engine,
             noise_multiplier=NOISE_MULTIPLIER,
-            expected_batch_size=BATCH_SIZE,
+            expected_batch_size=batch_size,
         )
 
         def dpsgd() -> None:
             private.step(engine.clipped_sum(inputs, targets, per_example))
 
         return dpsgd
-    return _opacus_step(cell.method.removeprefix("opacus_"), model, inputs, targets, mean_loss)
+    mode = cell.method.removeprefix("opacus_")
+    return _opacus_step(mode, model, inputs, targets, mean_loss, batch_size)
 
 
 def _opacus_step(
-    mode: str, model: Any, inputs: Any, targets: Any, criterion: Any
+    mode: str,
+    model: Any,
+    inputs: Any,
+    targets: Any,
+    criterion: Any,
+    batch_size: int = BATCH_SIZE,
 ) -> Callable[[], None]:
     """Opacus' own loop: wrapped model forward, loss, backward, DP optimizer step."""
     import torch
@@ -212,7 +224,7 @@ def _opacus_step(
     optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
     # make_private reads the expected lot size off a loader; with poisson_sampling=False it is
     # not resampled, and the fixed lot below is fed to the wrapped model directly.
-    loader = DataLoader(TensorDataset(inputs.cpu(), targets.cpu()), batch_size=BATCH_SIZE)
+    loader = DataLoader(TensorDataset(inputs.cpu(), targets.cpu()), batch_size=batch_size)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         made = PrivacyEngine().make_private(
