@@ -8,12 +8,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from audits import clt_check, mechanisms, report
+from audits import clt_check, dpsgd_whitebox, mechanisms, planted_bugs, report
 
 #: name -> (run, write the report from the saved results)
 AUDITS: dict[str, tuple[Callable[[], Any], Callable[[], None]]] = {
     "mechanisms": (mechanisms.run, lambda: report.write("mechanisms")),
     "clt_check": (clt_check.run, clt_check.write_report),
+    "dpsgd_whitebox": (dpsgd_whitebox.run, dpsgd_whitebox.write_report),
+    "planted_bugs": (planted_bugs.run, planted_bugs.write_report),
 }
 
 
