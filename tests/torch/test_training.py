@@ -198,3 +198,23 @@ def test_nan_gradients_raise_by_default() -> None:
     with pytest.raises(NonFiniteGradientError):
         trainer.step()
     assert trainer.ledger.steps == 0  # nothing was released
+
+
+def test_a_process_killed_by_sigkill_resumes_to_the_same_run(tmp_path: Path) -> None:
+    """Three processes: uninterrupted; killed (SIGKILL) after a checkpoint at step 4; resumed."""
+    import subprocess
+    import sys
+
+    worker = Path(__file__).with_name("resume_worker.py")
+    root = Path(__file__).resolve().parents[2]
+    env = {"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}
+    for mode in ("straight", "crash", "resume"):
+        done = subprocess.run(
+            [sys.executable, str(worker), str(tmp_path), mode], env=env, capture_output=True
+        )
+        assert done.returncode == (-9 if mode == "crash" else 0), done.stderr.decode()[-2000:]
+    straight = torch.load(tmp_path / "straight.pt", weights_only=True)
+    resumed = torch.load(tmp_path / "resume.pt", weights_only=True)
+    assert resumed["ledger"] == straight["ledger"]
+    for a, b in zip(resumed["parameters"], straight["parameters"], strict=True):
+        assert torch.equal(a, b)
