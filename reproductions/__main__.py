@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 
 from reproductions.abadi2016 import fig2
+from reproductions.abadi2016 import mnist as abadi2016_mnist
 from reproductions.bu2019_gdp import tradeoff_curves
 from reproductions.erm import compute as erm_compute
 from reproductions.erm import plot as erm_plot
@@ -19,6 +20,7 @@ from reproductions.erm import plot as erm_plot
 #: name -> (compute, plot); compute takes the profile name.
 REPRODUCTIONS: dict[str, tuple[Callable[[str], None], Callable[[], None]]] = {
     "abadi2016_fig2": (lambda profile: fig2.compute(), fig2.plot),
+    "abadi2016_mnist": (abadi2016_mnist.compute, abadi2016_mnist.plot),
     "bu2019_tradeoff_curves": (lambda profile: tradeoff_curves.compute(), tradeoff_curves.plot),
     "erm": (erm_compute, erm_plot),
 }
