@@ -8,7 +8,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from audits import clt_check, dpsgd_whitebox, mechanisms, planted_bugs, report
+from audits import (
+    clt_check,
+    dpsgd_jl,
+    dpsgd_whitebox,
+    mechanisms,
+    one_run,
+    planted_bugs,
+    report,
+    sampler_audit,
+)
 
 #: name -> (run, write the report from the saved results)
 AUDITS: dict[str, tuple[Callable[[], Any], Callable[[], None]]] = {
@@ -16,6 +25,9 @@ AUDITS: dict[str, tuple[Callable[[], Any], Callable[[], None]]] = {
     "clt_check": (clt_check.run, clt_check.write_report),
     "dpsgd_whitebox": (dpsgd_whitebox.run, dpsgd_whitebox.write_report),
     "planted_bugs": (planted_bugs.run, planted_bugs.write_report),
+    "dpsgd_jl": (dpsgd_jl.run, dpsgd_jl.write_report),
+    "sampler_audit": (sampler_audit.run, sampler_audit.write_report),
+    "one_run": (one_run.run, one_run.write_report),
 }
 
 
