@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from dpcore.accountants import accountant_class
 from dpcore.errors import InvalidParameterError, StateError, UnsupportedEventError
 from dpcore.torch.engines import make_engine
 from dpcore.torch.ledger import PrivacyLedger
@@ -26,7 +27,7 @@ from dpcore.torch.optimizers import DPOptimizer
 from dpcore.torch.per_example.base import LossFunction, NonFinitePolicy
 from dpcore.torch.per_example.jl import JLEngine
 from dpcore.torch.samplers import PoissonSampler, ShuffledBatchSampler
-from dpcore.validation import check_positive
+from dpcore.validation import check_count, check_delta, check_positive
 
 __all__ = ["DPTrainer", "StepResult", "accuracy"]
 
@@ -198,25 +199,26 @@ class DPTrainer:
         The bar's epsilon comes from ``accountant`` (RDP by default: fast); it shows ``n/a``
         when that accountant cannot analyse the steps (JL steps need the JL accountant).
         """
+        count = check_count("steps", steps)
+        target = check_delta("delta", delta)
+        accountant_class(accountant)  # an unknown name fails now, not after the first steps
         results = []
-        for result in self._bar(steps, progress):
+        for result in self._bar(count, progress, delta=target, accountant=accountant):
             results.append(result)
             if on_step is not None:
                 on_step(result)
         return results
 
-    def _bar(self, steps: int, progress: bool) -> Iterator[StepResult]:
+    def _bar(
+        self, steps: int, progress: bool, *, delta: float, accountant: str
+    ) -> Iterator[StepResult]:
         try:
             from tqdm.auto import tqdm
         except ImportError:  # pragma: no cover - the progress extra is not installed
             progress = False
-        bar = (
-            tqdm(total=steps, disable=not progress, desc="DP training", unit="step")
-            if progress
-            else None
-        )
+        bar = tqdm(total=steps, desc="DP training", unit="step") if progress else None
         running_loss = math.nan
-        for _ in range(steps):
+        for taken in range(1, steps + 1):
             result = self.step()
             if not math.isnan(result.loss):
                 running_loss = (
@@ -226,19 +228,19 @@ class DPTrainer:
                 )
             if bar is not None:
                 bar.update(1)
-                if result.step % 10 == 0 or result.step == steps:
+                if taken % 10 == 0 or taken == steps:
                     bar.set_postfix(
                         loss=f"{running_loss:.3f}",
                         acc=f"{result.accuracy:.3f}",
-                        eps=self._epsilon_text(),
+                        eps=self._epsilon_text(delta, accountant),
                     )
             yield result
         if bar is not None:
             bar.close()
 
-    def _epsilon_text(self, delta: float = 1e-5) -> str:
+    def _epsilon_text(self, delta: float, accountant: str) -> str:
         try:
-            return f"{self.epsilon(delta=delta):.3g}"
+            return f"{self.epsilon(delta=delta, accountant=accountant):.3g}"
         except UnsupportedEventError:
             return "n/a"
 

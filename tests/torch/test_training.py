@@ -218,3 +218,21 @@ def test_a_process_killed_by_sigkill_resumes_to_the_same_run(tmp_path: Path) -> 
     assert resumed["ledger"] == straight["ledger"]
     for a, b in zip(resumed["parameters"], straight["parameters"], strict=True):
         assert torch.equal(a, b)
+
+
+def test_train_validates_its_arguments_before_stepping() -> None:
+    trainer = _trainer()
+    with pytest.raises(InvalidParameterError, match="Expected delta"):
+        trainer.train(steps=3, delta=0.0, progress=False)
+    with pytest.raises(InvalidParameterError, match="Expected accountant in"):
+        trainer.train(steps=3, delta=1e-5, accountant="moments_v2", progress=False)
+    with pytest.raises(InvalidParameterError, match="Expected steps"):
+        trainer.train(steps=-1, delta=1e-5, progress=False)
+    assert trainer.ledger.steps == 0
+
+
+def test_progress_bar_reads_the_requested_accountant(capsys: pytest.CaptureFixture[str]) -> None:
+    trainer = _trainer()
+    trainer.train(steps=10, delta=1e-3, progress=True, accountant="pld")
+    expected = f"eps={trainer.epsilon(delta=1e-3, accountant='pld'):.3g}"
+    assert expected in capsys.readouterr().err
