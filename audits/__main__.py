@@ -13,6 +13,7 @@ from audits import (
     dpsgd_jl,
     dpsgd_whitebox,
     mechanisms,
+    membership,
     one_run,
     planted_bugs,
     report,
@@ -28,6 +29,7 @@ AUDITS: dict[str, tuple[Callable[[], Any], Callable[[], None]]] = {
     "dpsgd_jl": (dpsgd_jl.run, dpsgd_jl.write_report),
     "sampler_audit": (sampler_audit.run, sampler_audit.write_report),
     "one_run": (one_run.run, one_run.write_report),
+    "membership": (membership.run, membership.write_report),
 }
 
 
