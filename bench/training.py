@@ -262,11 +262,14 @@ def measure(
     warmup: int,
     steps: int,
     budget: float | None = None,
+    build: Callable[[Cell, Any], tuple[Any, Callable[[], None]]] | None = None,
 ) -> dict[str, Any]:
     """Time ``cell`` in this process: ``warmup`` untimed steps, then the median of ``steps``.
 
     With a ``budget`` (seconds), only ``clamp(budget // last warm-up step, 1, steps)`` steps are
-    timed, so a slow method costs a bounded time in the quick profile.
+    timed, so a slow method costs a bounded time in the quick profile. ``build(cell, device)``,
+    when given, returns ``(model, step)`` instead of this module's model, random lot and step
+    (other timing studies reuse the loop with their own data and optimizer).
     """
     import torch
 
@@ -287,10 +290,13 @@ def measure(
         "error": None,
     }
     try:
-        model = _model(cell).to(where)
+        if build is None:
+            model = _model(cell).to(where)
+            inputs, targets = _lot(cell.model, where)
+            step = _step_function(cell, model, inputs, targets)
+        else:
+            model, step = build(cell, where)
         row["parameters"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        inputs, targets = _lot(cell.model, where)
-        step = _step_function(cell, model, inputs, targets)
         row["baseline_rss_mb"] = _peak_rss_mb()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -326,8 +332,13 @@ def measure(
     return row
 
 
-def _worker(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.training --worker")
+def _worker(
+    argv: list[str],
+    *,
+    build: Callable[[Cell, Any], tuple[Any, Callable[[], None]]] | None = None,
+    module: str = "bench.training",
+) -> int:
+    parser = argparse.ArgumentParser(prog=f"python -m {module} --worker")
     parser.add_argument("--worker", required=True, help="the cell, as JSON")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1)
@@ -343,6 +354,7 @@ def _worker(argv: list[str]) -> int:
         warmup=args.warmup,
         steps=args.steps,
         budget=args.budget,
+        build=build,
     )
     print(_RESULT + json.dumps(row), flush=True)
     return 0
@@ -360,11 +372,13 @@ def _run_cell(
     steps: int,
     budget: float | None,
     timeout: float,
+    module: str = "bench.training",
 ) -> dict[str, Any]:
+    """Run ``python -m <module> --worker`` for ``cell`` and return its result row."""
     command = [
         sys.executable,
         "-m",
-        "bench.training",
+        module,
         "--worker",
         json.dumps(dataclasses.asdict(cell)),
         f"--device={device}",

@@ -42,6 +42,7 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,49 +77,85 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
 
 
-def measure(cell: Cell, batch_size: int, *, threads: int = 1) -> dict[str, Any]:
-    """One warm-up step then one timed step of ``cell`` on a lot of ``batch_size``, here."""
+def measure(
+    cell: Cell,
+    batch_size: int,
+    *,
+    threads: int = 1,
+    build: Callable[[Cell, int, str], tuple[Any, Callable[[], None]]] | None = None,
+    device: str = "cpu",
+) -> dict[str, Any]:
+    """One warm-up step then one timed step of ``cell`` on a lot of ``batch_size``, here.
+
+    ``build(cell, batch_size, device)``, when given, returns ``(model, step)`` in place of
+    :mod:`bench.training`'s model, random lot and step (other studies reuse this measurement with
+    their own models). With ``device="cuda"`` the model and lot live on the GPU and
+    ``peak_gpu_mb`` is ``torch.cuda.max_memory_allocated`` (None on CPU).
+    """
     import torch
 
     torch.set_num_threads(threads)
     torch.set_flush_denormal(True)
+    cuda = device == "cuda"
     row: dict[str, Any] = {
         "step_seconds": None,
         "warmup_seconds": None,
         "baseline_rss_mb": None,
         "peak_rss_mb": None,
+        "peak_gpu_mb": None,
         "skipped": None,
         "error": None,
     }
     try:
-        model = training._model(cell)
-        inputs, targets = training._lot(cell.model, "cpu", batch_size)
-        step = training._step_function(cell, model, inputs, targets, batch_size)
+        if build is None:
+            model = training._model(cell).to(device)
+            inputs, targets = training._lot(cell.model, device, batch_size)
+            step = training._step_function(cell, model, inputs, targets, batch_size)
+        else:
+            model, step = build(cell, batch_size, device)
         row["baseline_rss_mb"] = _peak_rss_mb()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             start = time.perf_counter()
             step()
+            if cuda:
+                torch.cuda.synchronize()
             row["warmup_seconds"] = time.perf_counter() - start
             if row["warmup_seconds"] > SLOW_SECONDS:
                 row["skipped"] = "too slow"
             else:
                 start = time.perf_counter()
                 step()
+                if cuda:
+                    torch.cuda.synchronize()
                 row["step_seconds"] = time.perf_counter() - start
     except (Exception, MemoryError) as error:  # recorded: the parent decides what it means
         row["error"] = f"{type(error).__name__}: {error}"[:2000]
     row["peak_rss_mb"] = _peak_rss_mb()
+    if cuda:
+        row["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
     return row
 
 
-def _worker(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.training_memory --worker")
+def _worker(
+    argv: list[str],
+    *,
+    build: Callable[[Cell, int, str], tuple[Any, Callable[[], None]]] | None = None,
+    module: str = "bench.training_memory",
+) -> int:
+    parser = argparse.ArgumentParser(prog=f"python -m {module} --worker")
     parser.add_argument("--worker", required=True, help="the cell, as JSON")
     parser.add_argument("--batch-size", type=int, required=True)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
-    row = measure(Cell(**json.loads(args.worker)), args.batch_size, threads=args.threads)
+    row = measure(
+        Cell(**json.loads(args.worker)),
+        args.batch_size,
+        threads=args.threads,
+        build=build,
+        device=args.device,
+    )
     print(_RESULT + json.dumps(row), flush=True)
     return 0
 
@@ -145,16 +182,23 @@ def run_capped(
     cap_mb: float = CAP_MB,
     threads: int = 1,
     timeout: float = WORKER_TIMEOUT,
+    module: str = "bench.training_memory",
+    device: str = "cpu",
 ) -> dict[str, Any]:
-    """Run one worker, killing it if its RSS passes ``cap_mb`` or it outlives ``timeout``."""
+    """Run one worker, killing it if its RSS passes ``cap_mb`` or it outlives ``timeout``.
+
+    ``module`` is the worker's module (one whose ``__main__`` calls :func:`_worker`, possibly
+    with its own ``build``); ``device`` is passed on to it.
+    """
     command = [
         sys.executable,
         "-m",
-        "bench.training_memory",
+        module,
         "--worker",
         json.dumps(dataclasses.asdict(cell)),
         f"--batch-size={batch_size}",
         f"--threads={threads}",
+        f"--device={device}",
     ]
     polled = 0.0
     killed: str | None = None

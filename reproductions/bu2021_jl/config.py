@@ -1,0 +1,99 @@
+"""Constants shared by the reproductions of Bu, Gopi, Kulkarni, Lee, Shen, Tantipongpipat 2021.
+
+"Fast and Memory Efficient Differentially Private-SGD via JL Projections" (arXiv 2102.03013,
+NeurIPS 2021). Numbers taken from the paper cite their place; numbers we could not check against
+the paper's text are marked *assumption* here and in the README.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from dpcore.errors import InvalidParameterError
+
+ROOT = Path(__file__).resolve().parents[2]
+CHECKPOINTS = ROOT / "reproductions" / "checkpoints"
+README = Path(__file__).with_name("README.md")
+
+#: IMDb training reviews (§5: 25,000 training samples).
+IMDB_TRAIN_SIZE = 25_000
+#: MNIST training images (§5: 60,000 training samples).
+MNIST_TRAIN_SIZE = 60_000
+#: Expected lot size of the IMDb runs (Poisson rate 256 / 25,000).
+IMDB_LOT = 256
+#: Target delta of every epsilon reported.
+DELTA = 1e-5
+#: Noise multiplier of the IMDb runs. *Assumption*: we could not read the paper's value; 1.0
+#: makes vanilla DP-SGD reach epsilon = 2.62 (tight PLD, certified upper end) after
+#: :data:`IMDB_EPOCHS` epochs at q = 256 / 25,000 and delta = 1e-5.
+NOISE_MULTIPLIER = 1.0
+#: Clipping norm C. *Assumption* (the usual TF Privacy tutorial value).
+MAX_GRAD_NORM = 1.0
+#: Epochs of the IMDb runs and the last epoch of Figure 3. *Assumption*.
+IMDB_EPOCHS = 20
+#: JL dimensions of Figure 3 (epsilon vs epochs).
+FIGURE3_JL_DIMENSIONS = (1, 3, 5, 10, 20, 30)
+#: JL dimensions of Table 2 (seconds per epoch).
+TABLE2_JL_DIMENSIONS = (1, 5, 10, 30)
+#: Hardware of every timing in the paper (§5: one Tesla P100 16GB GPU).
+PAPER_HARDWARE = "one Tesla P100 16 GB GPU (TensorFlow)"
+
+#: Seconds per IMDb epoch in the paper's Table 2 (P100). Not checked against the paper's text
+#: here (*assumption* until verified); ``tf_privacy_vanilla`` is TF Privacy's DP-Adam.
+PAPER_SECONDS_PER_EPOCH: dict[str, float] = {
+    "nonprivate": 12.0,
+    "tf_privacy_vanilla": 19_317.0,
+    "jl_1": 41.0,
+    "jl_5": 128.0,
+    "jl_10": 243.0,
+    "jl_30": 675.0,
+}
+
+#: Environment variable that picks the torch device of the timing and memory runs.
+DEVICE_VARIABLE = "DPCORE_DEVICE"
+
+
+def default_device() -> str:
+    """``$DPCORE_DEVICE`` if set (``cpu`` or ``cuda``), else ``cuda`` when torch sees a GPU.
+
+    Raises:
+        InvalidParameterError: ``$DPCORE_DEVICE`` is neither ``cpu`` nor ``cuda``.
+    """
+    chosen = os.environ.get(DEVICE_VARIABLE, "").strip().lower()
+    if chosen:
+        if chosen not in ("cpu", "cuda"):
+            raise InvalidParameterError(DEVICE_VARIABLE, "'cpu' or 'cuda'", chosen)
+        return chosen
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def lots_per_epoch(dataset_size: int = IMDB_TRAIN_SIZE, lot: int = IMDB_LOT) -> float:
+    """Expected lots in one pass over the data, ``n / L`` (97.66 for IMDb): 1 / q."""
+    return dataset_size / lot
+
+
+def steps_for_epochs(
+    epochs: float, dataset_size: int = IMDB_TRAIN_SIZE, lot: int = IMDB_LOT
+) -> int:
+    """Noisy steps in ``epochs`` epochs, ``round(epochs n / L)`` (1,953 for 20 IMDb epochs)."""
+    return round(epochs * lots_per_epoch(dataset_size, lot))
+
+
+def replace_between(path: Path, name: str, body: str) -> bool:
+    """Replace the text between ``<!-- name:start -->`` and ``<!-- name:end -->`` in ``path``.
+
+    Returns False (and leaves the file alone) when the file or either marker is missing.
+    """
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    if not path.is_file():
+        return False
+    text = path.read_text()
+    if start not in text or end not in text:
+        return False
+    head, rest = text.split(start, 1)
+    tail = rest.split(end, 1)[1]
+    path.write_text(f"{head}{start}\n{body}\n{end}{tail}")
+    return True

@@ -1,0 +1,469 @@
+"""Bu et al. 2021, Table 2: seconds per IMDb epoch, non-private Adam vs DP-Adam vs DP-Adam-JL.
+
+Model: the paper's IMDb LSTM (:func:`dpcore.torch.models.imdb_lstm`, §5) on the real tokenised
+reviews (:func:`dpcore.data.text.imdb_sequences`: 25,000 training reviews, vocabulary 8,000,
+length 150). One epoch is ``round(n / L) = 98`` lots of expected size L = 256.
+
+Methods (every one a full optimizer step on a lot of real reviews):
+
+- ``nonprivate``: ``nn.LSTM`` model, Adam on shuffled lots of exactly 256, mean logistic loss;
+- ``dp_adam_exact``: our fastest exact per-example path, the ``DPLSTM`` model with
+  ``DPTrainer.dp_adam(engine="fast")`` on Poisson lots;
+- ``dp_adam_jl`` (r in 1, 5, 10, 30): the ``nn.LSTM`` model with ``DPTrainer.dp_adam(engine="jl")``.
+
+Timing reuses :mod:`bench.training`: every method runs in its own process
+(``python -m reproductions.bu2021_jl.speed --worker``) with flush-to-zero for denormals, warm-up
+lots are not timed, and at most ``timed_lots`` lots after them are (fewer for slow methods in the
+quick profile, by a time budget). A row's ``seconds_per_epoch`` is a partial epoch extrapolated:
+the mean of its timed lots times 98 (``extrapolated: true``, ``timed_steps`` lots).
+
+The paper's Table 2 was measured with TensorFlow on a P100; its vanilla DP-Adam was TF Privacy's.
+When ``figures/bu2021_jl_tf_privacy.json`` exists (``nox -s tfprivacy``, TF Privacy's vanilla
+optimizer on the same model, timed on our hardware), its rows are shown next to ours.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench import training
+from bench.training import Cell
+from reproductions.bu2021_jl import config as paper
+from reproductions.common import FIGURES, load_results, save_results
+
+STEM = "bu2021_jl_speed"
+TABLE = "speed-table"
+MODULE = "reproductions.bu2021_jl.speed"
+CHECKPOINT_DIR = paper.CHECKPOINTS / STEM
+DATA_CACHE = CHECKPOINT_DIR / "imdb_train_ids.npz"
+TF_PRIVACY_JSON = FIGURES / "bu2021_jl_tf_privacy.json"
+TF_PRIVACY_MISSING = "not measured here: run `nox -s tfprivacy`"
+#: Adam's learning rate (the step time does not depend on it).
+LEARNING_RATE = 1e-3
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeedConfig:
+    """One profile of Table 2."""
+
+    profile: str = "quick"
+    dataset_size: int = paper.IMDB_TRAIN_SIZE
+    lot_size: int = paper.IMDB_LOT
+    noise_multiplier: float = paper.NOISE_MULTIPLIER
+    max_grad_norm: float = paper.MAX_GRAD_NORM
+    jl_dimensions: tuple[int, ...] = paper.TABLE2_JL_DIMENSIONS
+    warmup: int = 1
+    #: Lots timed after the warm-up (at most; see ``budget``).
+    timed_lots: int = 5
+    #: Seconds of timed lots per method, estimated from the last warm-up lot; None: no limit.
+    budget: float | None = 8.0
+    #: torch threads per worker; 0: all cores.
+    threads: int = 1
+    timeout: float = 300.0
+
+
+PROFILES = {
+    "quick": SpeedConfig(),
+    "full": SpeedConfig(
+        profile="full", warmup=2, timed_lots=20, budget=None, threads=0, timeout=1800.0
+    ),
+}
+
+
+def lots_per_epoch(config: SpeedConfig) -> int:
+    """Lots in one epoch: ``round(n / L)`` (98 for IMDb), as :class:`PoissonSampler` counts."""
+    return paper.steps_for_epochs(1, config.dataset_size, config.lot_size)
+
+
+def extrapolate(step_seconds: list[float], lots: int) -> float:
+    """Seconds for ``lots`` lots from the timed ones: their mean times ``lots``.
+
+    Example:
+        >>> extrapolate([1.0, 2.0, 3.0], 98)
+        196.0
+    """
+    if not step_seconds:
+        raise ValueError("no timed lots to extrapolate from")
+    return float(np.mean(step_seconds)) * lots
+
+
+# ----------------------------------------------------------------------------- worker side
+
+
+def _imdb_train() -> tuple[np.ndarray, np.ndarray]:
+    """Token ids and labels of the 25,000 training reviews (cached after the first call)."""
+    if DATA_CACHE.is_file():
+        with np.load(DATA_CACHE) as cached:
+            return cached["x"], cached["y"]
+    from dpcore.data.text import imdb_sequences
+
+    x, y, _, _ = imdb_sequences()
+    DATA_CACHE.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(DATA_CACHE, x=x.astype(np.int32), y=y.astype(np.int8))
+    return x, y
+
+
+def build(cell: Cell, device: Any, config: SpeedConfig | None = None) -> tuple[Any, Any]:
+    """``(model, step)`` for ``cell`` on the real IMDb lots (the worker's hook into the timer)."""
+    import torch
+    from torch import nn
+
+    from dpcore.torch.models import imdb_lstm
+    from dpcore.torch.samplers import PoissonSampler
+    from dpcore.torch.training import DPTrainer
+
+    config = config or SpeedConfig()
+    x, y = _imdb_train()
+    inputs = torch.as_tensor(x, dtype=torch.long).to(device)
+    targets = torch.as_tensor(y, dtype=torch.float32).to(device)
+    torch.manual_seed(0)
+    model = imdb_lstm(recurrent="dplstm" if cell.variant == "dplstm" else "lstm").to(device)
+    if cell.method == "nonprivate":
+        optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE)
+        loss_fn = nn.BCEWithLogitsLoss()
+        generator = torch.Generator().manual_seed(0)
+        order: list[torch.Tensor] = []
+
+        def nonprivate() -> None:
+            if not order:
+                permutation = torch.randperm(len(inputs), generator=generator)
+                order.extend(torch.split(permutation, config.lot_size))
+            lot = order.pop(0).to(device)
+            optimizer.zero_grad(set_to_none=True)
+            loss_fn(model(inputs[lot]), targets[lot]).backward()
+            optimizer.step()
+
+        return model, nonprivate
+    trainer = DPTrainer.dp_adam(
+        model,
+        lr=LEARNING_RATE,
+        inputs=inputs,
+        targets=targets,
+        loss_fn=nn.BCEWithLogitsLoss(reduction="none"),
+        noise_multiplier=config.noise_multiplier,
+        max_grad_norm=config.max_grad_norm,
+        sampler=PoissonSampler(
+            len(inputs), sampling_probability=config.lot_size / len(inputs), seed=0
+        ),
+        engine="jl" if cell.method == "dp_adam_jl" else "fast",
+        jl_dimension=cell.jl_dimension,
+        seed=1,
+    )
+    return model, trainer.step
+
+
+# ----------------------------------------------------------------------------- driver side
+
+
+def cells(config: SpeedConfig) -> list[Cell]:
+    """Non-private first (the reference), then exact DP-Adam, then DP-Adam-JL per r."""
+    return [
+        Cell("imdb_lstm", "nonprivate", "lstm"),
+        Cell("imdb_lstm", "dp_adam_exact", "dplstm"),
+        *(Cell("imdb_lstm", "dp_adam_jl", "lstm", r) for r in config.jl_dimensions),
+    ]
+
+
+def _paper_key(method: str, r: int | None) -> str:
+    if method == "dp_adam_jl":
+        return f"jl_{r}"
+    return (
+        "tf_privacy_vanilla"
+        if method in ("dp_adam_exact", "tf_privacy_vanilla")
+        else ("nonprivate")
+    )
+
+
+def _paper_columns(method: str, r: int | None) -> dict[str, float | None]:
+    seconds = paper.PAPER_SECONDS_PER_EPOCH.get(_paper_key(method, r))
+    base = paper.PAPER_SECONDS_PER_EPOCH["nonprivate"]
+    return {
+        "paper_seconds_per_epoch": seconds,
+        "paper_ratio_to_nonprivate": None if seconds is None else seconds / base,
+    }
+
+
+def _row(cell: Cell, measured: dict[str, Any], lots: int, hardware: str) -> dict[str, Any]:
+    times = measured.get("step_seconds_all") or []
+    return {
+        "method": cell.method,
+        "r": cell.jl_dimension,
+        "variant": cell.variant,
+        "seconds_per_epoch": extrapolate(times, lots) if times else None,
+        "ratio_to_nonprivate": None,
+        "extrapolated": True,
+        "timed_steps": len(times),
+        "lots_per_epoch": lots,
+        "step_seconds_median": measured.get("step_seconds"),
+        "peak_rss_mb": measured.get("peak_rss_mb"),
+        "peak_gpu_mb": measured.get("peak_gpu_mb"),
+        "source": "dpcore",
+        "hardware": hardware,
+        "error": measured.get("error"),
+        **_paper_columns(cell.method, cell.jl_dimension),
+    }
+
+
+def tf_privacy_rows(path: Path | None = None) -> list[dict[str, Any]]:
+    """Rows of the TF Privacy timing (``nox -s tfprivacy``) in this table's format; [] if absent.
+
+    ``path`` defaults to :data:`TF_PRIVACY_JSON`. Each ratio divides by that file's own
+    ``keras_nonprivate`` row (same framework and machine).
+    """
+    path = TF_PRIVACY_JSON if path is None else path
+    if not path.is_file():
+        return []
+    rows = json.loads(path.read_text()).get("rows", [])
+    keras = next(
+        (row["seconds_per_epoch"] for row in rows if row.get("method") == "keras_nonprivate"), None
+    )
+    result = []
+    for row in rows:
+        seconds = row.get("seconds_per_epoch")
+        method = row.get("method")
+        result.append(
+            {
+                "method": method,
+                "r": None,
+                "variant": "keras",
+                "seconds_per_epoch": seconds,
+                "ratio_to_nonprivate": seconds / keras if seconds and keras else None,
+                "extrapolated": bool(row.get("extrapolated", False)),
+                "timed_steps": row.get("timed_steps"),
+                "lots_per_epoch": row.get("lots_per_epoch"),
+                "step_seconds_median": row.get("step_seconds_median"),
+                "peak_rss_mb": row.get("peak_rss_mb"),
+                "peak_gpu_mb": row.get("peak_gpu_mb"),
+                "source": "tf_privacy",
+                "hardware": row.get("hardware"),
+                "error": row.get("error"),
+                **_paper_columns(str(method), None),
+            }
+        )
+    return result
+
+
+def crossover(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where DP-Adam-JL stops being faster than exact DP-Adam.
+
+    ``first_slower_r``: the smallest measured r whose epoch is slower than the exact one (None
+    if none is); ``fitted_r``: where a least-squares line ``a + b r`` through the JL epochs
+    crosses the exact epoch (None without two JL points or a positive slope; below 1 means JL is
+    slower at every r).
+
+    Example:
+        >>> fake = [{"method": "dp_adam_exact", "r": None, "seconds_per_epoch": 30.0}] + [
+        ...     {"method": "dp_adam_jl", "r": r, "seconds_per_epoch": 10.0 + 10.0 * r}
+        ...     for r in (1, 5)]
+        >>> crossover(fake)
+        {'exact_seconds_per_epoch': 30.0, 'first_slower_r': 5, 'fitted_r': 2.0}
+    """
+    exact = next(
+        (
+            row["seconds_per_epoch"]
+            for row in rows
+            if row["method"] == "dp_adam_exact" and row["seconds_per_epoch"]
+        ),
+        None,
+    )
+    points = sorted(
+        (row["r"], row["seconds_per_epoch"])
+        for row in rows
+        if row["method"] == "dp_adam_jl" and row["seconds_per_epoch"]
+    )
+    result: dict[str, Any] = {
+        "exact_seconds_per_epoch": exact,
+        "first_slower_r": None,
+        "fitted_r": None,
+    }
+    if exact is None or not points:
+        return result
+    result["first_slower_r"] = next((r for r, seconds in points if seconds > exact), None)
+    if len(points) >= 2:
+        slope, intercept = np.polyfit([r for r, _ in points], [s for _, s in points], 1)
+        if slope > 0:
+            result["fitted_r"] = round(float((exact - intercept) / slope), 2)
+    return result
+
+
+def _hardware(device: str, threads: int) -> str:
+    import torch
+
+    if device == "cuda":
+        return f"{torch.cuda.get_device_name(0)!s} (CUDA)"
+    return f"CPU, {threads} torch thread(s) of {os.cpu_count()} cores"
+
+
+def compute(profile: str = "quick") -> None:
+    """Time every method (one process each) and save the rows; finished cells are kept."""
+    from tqdm import tqdm
+
+    config = PROFILES[profile]
+    device = paper.default_device()
+    threads = config.threads or os.cpu_count() or 1
+    start = time.perf_counter()
+    _imdb_train()  # tokenise once, before the workers
+    lots = lots_per_epoch(config)
+    hardware = _hardware(device, threads)
+    rows: list[dict[str, Any]] = []
+    key = f"{profile}_{device}_{threads}"
+    progress = tqdm(cells(config), desc="IMDb seconds per epoch", unit="method")
+    for cell in progress:
+        progress.set_postfix_str(cell.label)
+        path = CHECKPOINT_DIR / f"{key}_{cell.method}_{cell.jl_dimension}.json"
+        if path.is_file():
+            measured = json.loads(path.read_text())
+        else:
+            measured = training._run_cell(
+                cell,
+                device=device,
+                threads=threads,
+                warmup=config.warmup,
+                steps=config.timed_lots,
+                budget=config.budget,
+                timeout=config.timeout,
+                module=MODULE,
+            )
+            if measured.get("error") is None and profile == "full":
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(measured) + "\n")
+        row = _row(cell, measured, lots, hardware)
+        rows.append(row)
+        progress.write(
+            f"{cell.label}: {row['seconds_per_epoch']} s/epoch ({row['timed_steps']} lots)"
+        )
+    reference = rows[0]["seconds_per_epoch"]
+    for row in rows:
+        if reference and row["seconds_per_epoch"]:
+            row["ratio_to_nonprivate"] = row["seconds_per_epoch"] / reference
+    rows += tf_privacy_rows()
+    import torch
+
+    extra = {
+        "seed": 0,
+        "hardware": hardware,
+        "device": device,
+        "threads": threads,
+        "torch": torch.__version__,
+        "wall_time_s": round(time.perf_counter() - start, 1),
+        "crossover": crossover(rows),
+        "paper_hardware": paper.PAPER_HARDWARE,
+    }
+    save_results(STEM, config=config, rows=rows, extra=extra)
+
+
+# ----------------------------------------------------------------------------- plot and table
+
+
+def _label(row: dict[str, Any]) -> str:
+    names = {
+        "nonprivate": "non-private Adam",
+        "dp_adam_exact": "DP-Adam, exact (fast engine)",
+        "keras_nonprivate": "Keras non-private Adam",
+        "tf_privacy_vanilla": "TF Privacy vanilla DP-Adam",
+    }
+    if row["method"] == "dp_adam_jl":
+        return f"DP-Adam-JL, r = {row['r']}"
+    return str(names.get(row["method"], row["method"]))
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def table_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Our rows, with the TF Privacy rows from the newest file (else those saved with ours)."""
+    ours = [row for row in data["rows"] if row["source"] == "dpcore"]
+    fresh = tf_privacy_rows()
+    return ours + (fresh or [row for row in data["rows"] if row["source"] == "tf_privacy"])
+
+
+def readme_table(data: dict[str, Any]) -> str:
+    """The paper-vs-ours Markdown table, from saved results only."""
+    rows = table_rows(data)
+    cross = data["crossover"]
+    lines = [
+        f"Profile **{data['config']['profile']}**, commit `{data['commit'][:12]}`, "
+        f"{data['hardware']}, torch {data['torch']}, wall time {data['wall_time_s']:.0f} s. "
+        f"Paper: {data['paper_hardware']}.",
+        "",
+        "| method | ours: s / epoch | ours: x non-private | paper: s / epoch | "
+        "paper: x non-private | how measured |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        how = (
+            f"extrapolated from {row['timed_steps']} lot{'s' if row['timed_steps'] != 1 else ''}"
+            if row["extrapolated"]
+            else "full epoch"
+        )
+        if row["source"] == "tf_privacy":
+            how += f"; TF Privacy run on {row['hardware']}"
+        if row["error"]:
+            how = f"failed: {row['error'][:80]}"
+        lines.append(
+            f"| {_label(row)} | {_fmt(row['seconds_per_epoch'])} "
+            f"| {_fmt(row['ratio_to_nonprivate'], 2)} | {_fmt(row['paper_seconds_per_epoch'], 0)} "
+            f"| {_fmt(row['paper_ratio_to_nonprivate'], 1)} | {how} |"
+        )
+    if not any(row["source"] == "tf_privacy" for row in rows):
+        missing = {"method": "tf_privacy_vanilla", "r": None}
+        columns = _paper_columns("tf_privacy_vanilla", None)
+        lines.append(
+            f"| {_label(missing)} | {TF_PRIVACY_MISSING} | - "
+            f"| {_fmt(columns['paper_seconds_per_epoch'], 0)} "
+            f"| {_fmt(columns['paper_ratio_to_nonprivate'], 1)} | - |"
+        )
+    lines += [
+        "",
+        "Crossover: the smallest measured r at which DP-Adam-JL is slower than our exact DP-Adam "
+        f"is **{cross['first_slower_r'] if cross['first_slower_r'] is not None else 'none'}**; "
+        "a straight line through the JL times crosses the exact time at r = "
+        f"{cross['fitted_r'] if cross['fitted_r'] is not None else 'n/a'}.",
+    ]
+    return "\n".join(lines)
+
+
+def plot() -> None:
+    """``figures/bu2021_jl_speed.png`` (ratios to non-private, ours vs paper) and the table."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = load_results(STEM)
+    rows = [row for row in table_rows(data) if row["method"] != "keras_nonprivate"]
+    labels = [
+        _label(row).replace(", ", "\n")
+        + ("\n(paper: TF Privacy)" if row["method"] == "dp_adam_exact" else "")
+        for row in rows
+    ]
+    positions = np.arange(len(rows))
+    figure, axis = plt.subplots(figsize=(9, 4.2))
+    ours = [row["ratio_to_nonprivate"] or np.nan for row in rows]
+    theirs = [row["paper_ratio_to_nonprivate"] or np.nan for row in rows]
+    axis.bar(positions - 0.2, ours, 0.4, label=f"ours ({data['hardware']})")
+    axis.bar(positions + 0.2, theirs, 0.4, label="paper (P100, TensorFlow)")
+    axis.set_xticks(positions, labels, fontsize=7)
+    axis.set_yscale("log")
+    axis.set_ylabel("time per epoch / non-private")
+    axis.axhline(1.0, color="grey", lw=0.8)
+    axis.set_title(f"IMDb LSTM, lot 256 ({data['config']['profile']} profile)", fontsize=10)
+    axis.legend(fontsize=8)
+    axis.grid(alpha=0.3, axis="y", which="both")
+    figure.tight_layout()
+    figure.savefig(FIGURES / f"{STEM}.png", dpi=150)
+    plt.close(figure)
+    paper.replace_between(paper.README, TABLE, readme_table(data))
+
+
+if __name__ == "__main__":
+    sys.exit(training._worker(sys.argv[1:], build=build, module=MODULE))

@@ -1,0 +1,106 @@
+"""Figure 3 of the Bu et al. 2021 reproduction: JL accounting on a tiny setting, and its table.
+
+Reference values: the certified DP-SGD PLD interval on the same (q, sigma, T) (a second
+accountant); the JL mechanism tends to DP-SGD as r grows (Bu et al. 2021, Lemma 4.1: the
+estimated norm's ratio sqrt(X / r), X ~ chi^2_r, concentrates at 1).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from reproductions.bu2021_jl.epsilon_vs_epochs import (
+    PROFILES,
+    epoch_steps,
+    jl_epsilon_intervals,
+    readme_table,
+    vanilla_epsilons,
+)
+
+Q, SIGMA, DELTA, STEPS = 0.02, 1.0, 1e-5, [5, 50]
+
+
+@pytest.fixture(scope="module")
+def intervals() -> dict[int, list[tuple[float, float]]]:
+    return {
+        r: jl_epsilon_intervals(
+            sampling_probability=Q,
+            noise_multiplier=SIGMA,
+            jl_dimension=r,
+            steps=STEPS,
+            delta=DELTA,
+            bins=32,
+        )
+        for r in (10, 30)
+    }
+
+
+def test_jl_epsilon_is_a_bracket_growing_in_steps(intervals: dict[int, list]) -> None:
+    for per_step in intervals.values():
+        for lower, upper in per_step:
+            assert 0 < lower <= upper < float("inf")
+        assert per_step[1][0] > per_step[0][0] and per_step[1][1] > per_step[0][1]
+
+
+def test_jl_epsilon_decreases_in_r(intervals: dict[int, list]) -> None:
+    for short, long in zip(intervals[10], intervals[30], strict=True):
+        # certified: r = 10's lower end is above r = 30's upper end
+        assert short[0] > long[1]
+
+
+def test_vanilla_dpsgd_is_below_jl_as_the_jl_accountant_says(intervals: dict[int, list]) -> None:
+    vanilla = vanilla_epsilons(
+        sampling_probability=Q, noise_multiplier=SIGMA, steps=STEPS[1], delta=DELTA
+    )
+    assert vanilla["pld_lower"] <= vanilla["pld_upper"]
+    assert vanilla["pld_upper"] < intervals[30][1][0]  # below JL r = 30's certified lower end
+    assert vanilla["clt_mu"] > 0
+
+
+def test_epoch_steps_are_round_epochs_over_q() -> None:
+    # 25,000 / 256 = 97.66 lots per epoch: 98 after one epoch, 1,953 after 20.
+    steps = epoch_steps(PROFILES["quick"])
+    assert steps[0] == 98 and steps[-1] == 1953
+
+
+def _row(method: str, r: int | None, epoch: int, lower: float, upper: float | None) -> dict:
+    return {
+        "method": method,
+        "r": r,
+        "epoch": epoch,
+        "steps": epoch * 98,
+        "epsilon_lower": lower,
+        "epsilon_upper": upper,
+    }
+
+
+def test_readme_table_from_saved_results() -> None:
+    data = {
+        "commit": "0123456789abcdef",
+        "wall_time_s": 12.0,
+        "config": {
+            "profile": "quick",
+            "lot_size": 256,
+            "dataset_size": 25_000,
+            "noise_multiplier": 1.0,
+            "delta": 1e-5,
+            "bins": 100,
+            "epochs": [1, 20],
+            "jl_dimensions": [1, 30],
+        },
+        "rows": [
+            _row("dp_sgd_pld", None, 1, 0.729, 0.731),
+            _row("dp_sgd_pld", None, 20, 2.61, 2.62),
+            _row("dp_sgd_clt", None, 1, 0.464, 0.464),
+            _row("dp_sgd_clt", None, 20, 2.41, 2.41),
+            _row("dp_sgd_jl", 1, 1, 543.0, None),
+            _row("dp_sgd_jl", 1, 20, 1480.0, None),
+            _row("dp_sgd_jl", 30, 1, 0.848, 0.902),
+            _row("dp_sgd_jl", 30, 20, 2.71, 2.89),
+        ],
+    }
+    table = readme_table(data)
+    assert "| DP-SGD, tight PLD | [0.729, 0.731] | [2.61, 2.62] |" in table
+    assert "| DP-SGD-JL, r = 1 | [543, inf] | [1.48e+03, inf] |" in table
+    assert "| DP-SGD-JL, r = 30 | [0.848, 0.902] | [2.71, 2.89] |" in table
+    assert "epsilon after 20 epochs" in table

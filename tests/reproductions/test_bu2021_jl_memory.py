@@ -1,0 +1,116 @@
+"""Tables 3-4 of the Bu et al. 2021 reproduction: the widened CNN, the search, the table."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from bench.training import Cell
+from dpcore.errors import InvalidParameterError
+from dpcore.torch.models import tf_privacy_mnist_cnn
+from reproductions.bu2021_jl import memory
+
+
+def _count(model: object) -> int:
+    return sum(p.numel() for p in model.parameters())  # type: ignore[attr-defined]
+
+
+def test_width_one_is_the_tf_privacy_cnn() -> None:
+    # 26,010 parameters: the TF Privacy MNIST tutorial's CNN (dpcore.torch.models).
+    assert _count(memory.widened_mnist_cnn(1)) == _count(tf_privacy_mnist_cnn()) == 26_010
+
+
+@pytest.mark.parametrize("width", [2, 3, 7])
+def test_parameter_count_formula(width: int) -> None:
+    assert _count(memory.widened_mnist_cnn(width)) == 24_576 * width**2 + 1_424 * width + 10
+
+
+def test_wide_model_has_about_17m_parameters() -> None:
+    # Bu et al. 2021, Table 4's wider model: about 17M parameters (our stand-in is within 3%).
+    assert _count(memory.widened_mnist_cnn(memory.WIDE_WIDTH)) == pytest.approx(17e6, rel=0.03)
+
+
+@pytest.mark.parametrize("width", [0, 1.5, True])
+def test_bad_width(width: object) -> None:
+    with pytest.raises(InvalidParameterError, match="width"):
+        memory.widened_mnist_cnn(width)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("threshold", [7, 8, 9, 10, 11, 12, 13])
+def test_bisection_finds_the_threshold_in_few_probes(threshold: int) -> None:
+    calls: list[int] = []
+
+    def fits(k: int) -> bool:
+        calls.append(k)
+        return k <= threshold
+
+    found = memory.largest_fitting(fits, 8, 13)
+    assert found == (None if threshold < 8 else min(threshold, 13))
+    assert len(calls) <= 1 + math.ceil(math.log2(6))
+
+
+@pytest.mark.parametrize(
+    ("measured", "device", "expected"),
+    [
+        ({"exceeded_cap": True}, "cpu", "exceeds"),
+        ({"error": "RuntimeError: out of memory"}, "cpu", "exceeds"),
+        ({"error": "worker exited with status -9: "}, "cpu", "exceeds"),
+        ({"error": "killed after 45 s", "skipped": "too slow"}, "cpu", "too_slow"),
+        ({"error": "ValueError: bad"}, "cpu", "error"),
+        ({"error": None, "skipped": "too slow", "peak_rss_mb": 500.0}, "cpu", "fits"),
+        ({"error": None, "peak_gpu_mb": 2000.0}, "cuda", "exceeds"),
+        ({"error": None, "peak_gpu_mb": 500.0}, "cuda", "fits"),
+    ],
+)
+def test_outcome_of_a_probe(measured: dict, device: str, expected: str) -> None:
+    assert memory.outcome(measured, 1024.0, device) == expected
+
+
+@pytest.mark.parametrize(
+    "cell",
+    [
+        Cell("mnist_cnn", "dpsgd_exact", "width=2"),
+        Cell("mnist_cnn", "dpsgd_jl", "width=1,per_direction", 3),
+    ],
+)
+def test_worker_steps_run(cell: Cell) -> None:
+    model, step = memory.build(cell, 4, "cpu")
+    before = [p.detach().clone() for p in model.parameters()]
+    step()
+    assert any(not (b == p).all() for b, p in zip(before, model.parameters(), strict=True))
+
+
+def test_readme_table_from_saved_results() -> None:
+    def row(method: str, label: str, lot: int | None, bounded: bool, ratio: float | None) -> dict:
+        return {
+            "model": "small",
+            "parameters": 26_010,
+            "method": method,
+            "label": label,
+            "largest_lot": lot,
+            "smallest_tried": 1024,
+            "bounded_by_memory": bounded,
+            "ratio_to_nonprivate": ratio,
+            "peak_mb_at_largest": None if lot is None else 700.0,
+            "outcomes": "1024: fits",
+        }
+
+    data = {
+        "config": {"profile": "quick", "cap_mb": 1024.0},
+        "commit": "0123456789abcdef",
+        "memory_measured": "peak RSS",
+        "hardware": "cpu, 1 torch thread(s)",
+        "torch": "2.x",
+        "wall_time_s": 90.0,
+        "rows": [
+            row("nonprivate", "non-private SGD", 8192, False, 1.0),
+            row("dpsgd_exact", "DP-SGD, exact (fast engine)", 4096, True, 0.5),
+            row("dpsgd_jl", "DP-SGD-JL, r = 30", None, True, None),
+        ],
+    }
+    table = memory.readme_table(data)
+    assert "cap **1 GiB**" in table
+    assert "| non-private SGD | >= 8,192 | 1 | 700 |" in table
+    assert "| DP-SGD, exact (fast engine) | 4,096 | 0.5 | 700 |" in table
+    assert "| DP-SGD-JL, r = 30 | < 1,024 | - | - |" in table

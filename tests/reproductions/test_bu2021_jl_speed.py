@@ -1,0 +1,155 @@
+"""Table 2 of the Bu et al. 2021 reproduction: extrapolation, crossover, TF Privacy rows, table.
+
+Paper values (Bu et al. 2021, Table 2, P100) are read from the reproduction's config; the tests
+check arithmetic and rendering on fake rows, and one real step of each step builder on fake data.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bench.training import Cell
+from reproductions.bu2021_jl import speed
+
+
+def test_extrapolation_is_mean_lot_time_times_lots() -> None:
+    assert speed.extrapolate([0.5, 0.5, 0.5, 0.5], 98) == pytest.approx(49.0)
+    assert speed.extrapolate([1.0, 3.0], 98) == pytest.approx(196.0)
+    with pytest.raises(ValueError, match="no timed lots"):
+        speed.extrapolate([], 98)
+
+
+def test_an_imdb_epoch_is_98_lots() -> None:
+    assert speed.lots_per_epoch(speed.PROFILES["quick"]) == 98  # round(25,000 / 256)
+
+
+def _fake(method: str, r: int | None, seconds: float | None) -> dict:
+    return {"method": method, "r": r, "seconds_per_epoch": seconds}
+
+
+def test_crossover_first_slower_r_and_fitted_line() -> None:
+    rows = [_fake("dp_adam_exact", None, 70.0)] + [
+        _fake("dp_adam_jl", r, 40.0 + 20.0 * r) for r in (1, 5, 10)
+    ]
+    result = speed.crossover(rows)
+    assert result["first_slower_r"] == 5
+    assert result["fitted_r"] == pytest.approx(1.5)
+
+
+def test_crossover_when_jl_is_always_slower_or_never() -> None:
+    slower = [_fake("dp_adam_exact", None, 10.0)] + [
+        _fake("dp_adam_jl", r, 20.0 * r) for r in (1, 5)
+    ]
+    assert speed.crossover(slower)["first_slower_r"] == 1
+    assert speed.crossover(slower)["fitted_r"] < 1
+    faster = [_fake("dp_adam_exact", None, 1000.0), _fake("dp_adam_jl", 1, 5.0)]
+    assert speed.crossover(faster) == {
+        "exact_seconds_per_epoch": 1000.0,
+        "first_slower_r": None,
+        "fitted_r": None,
+    }
+
+
+def _tf_file(tmp_path: Path) -> Path:
+    path = tmp_path / "tf.json"
+    rows = [
+        {
+            "method": "keras_nonprivate",
+            "seconds_per_epoch": 10.0,
+            "extrapolated": False,
+            "hardware": "CPU",
+        },
+        {
+            "method": "tf_privacy_vanilla",
+            "seconds_per_epoch": 500.0,
+            "extrapolated": True,
+            "timed_steps": 3,
+            "hardware": "CPU",
+        },
+    ]
+    path.write_text(json.dumps({"rows": rows}))
+    return path
+
+
+def test_tf_privacy_rows_are_optional_and_use_their_own_reference(tmp_path: Path) -> None:
+    assert speed.tf_privacy_rows(tmp_path / "absent.json") == []
+    rows = speed.tf_privacy_rows(_tf_file(tmp_path))
+    vanilla = next(row for row in rows if row["method"] == "tf_privacy_vanilla")
+    assert vanilla["ratio_to_nonprivate"] == pytest.approx(50.0)
+    assert vanilla["source"] == "tf_privacy" and vanilla["extrapolated"] is True
+    assert vanilla["paper_seconds_per_epoch"] == 19_317.0  # Bu et al. 2021, Table 2
+
+
+def _results() -> dict:
+    def row(method: str, r: int | None, seconds: float, ratio: float) -> dict:
+        return {
+            "method": method,
+            "r": r,
+            "seconds_per_epoch": seconds,
+            "ratio_to_nonprivate": ratio,
+            "extrapolated": True,
+            "timed_steps": 5,
+            "source": "dpcore",
+            "hardware": "CPU",
+            "error": None,
+            **speed._paper_columns(method, r),
+        }
+
+    return {
+        "config": {"profile": "quick"},
+        "commit": "0123456789abcdef",
+        "hardware": "CPU, 1 torch thread(s) of 2 cores",
+        "torch": "2.x",
+        "wall_time_s": 100.0,
+        "paper_hardware": "P100",
+        "crossover": {"exact_seconds_per_epoch": 70.0, "first_slower_r": 1, "fitted_r": 0.4},
+        "rows": [
+            row("nonprivate", None, 35.0, 1.0),
+            row("dp_adam_exact", None, 70.0, 2.0),
+            row("dp_adam_jl", 1, 80.0, 80 / 35),
+        ],
+    }
+
+
+def test_table_says_how_to_get_tf_privacy_when_missing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(speed, "TF_PRIVACY_JSON", tmp_path / "absent.json")
+    table = speed.readme_table(_results())
+    assert speed.TF_PRIVACY_MISSING in table
+    assert "| DP-Adam-JL, r = 1 | 80.0 | 2.29 | 41 | 3.4 | extrapolated from 5 lots |" in table
+    assert "is **1**" in table
+
+
+def test_table_includes_tf_privacy_rows_when_present(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(speed, "TF_PRIVACY_JSON", _tf_file(tmp_path))
+    table = speed.readme_table(_results())
+    assert speed.TF_PRIVACY_MISSING not in table
+    assert "| TF Privacy vanilla DP-Adam | 500.0 | 50.00 | 19,317 |" in table
+
+
+@pytest.mark.parametrize(
+    "cell",
+    [
+        Cell("imdb_lstm", "nonprivate", "lstm"),
+        Cell("imdb_lstm", "dp_adam_exact", "dplstm"),
+        Cell("imdb_lstm", "dp_adam_jl", "lstm", 1),
+    ],
+)
+def test_step_builders_train_on_fake_reviews(monkeypatch: pytest.MonkeyPatch, cell: Cell) -> None:
+    rng = np.random.default_rng(0)
+    fake = (rng.integers(0, 8000, size=(64, 150)), rng.integers(0, 2, size=64))
+    monkeypatch.setattr(speed, "_imdb_train", lambda: fake)
+    config = speed.SpeedConfig(dataset_size=64, lot_size=8)
+    model, step = speed.build(cell, torch.device("cpu"), config)
+    before = [p.detach().clone() for p in model.parameters()]
+    step()
+    changed = any(not torch.equal(b, p) for b, p in zip(before, model.parameters(), strict=True))
+    assert changed
