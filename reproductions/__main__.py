@@ -15,6 +15,7 @@ from reproductions.abadi2016 import fig2
 from reproductions.abadi2016 import mnist as abadi2016_mnist
 from reproductions.bu2019_gdp import privacy as bu2019_privacy
 from reproductions.bu2019_gdp import tradeoff_curves
+from reproductions.bu2019_gdp import training as bu2019_training
 from reproductions.bu2021_jl import epsilon_vs_epochs as jl_epsilon
 from reproductions.bu2021_jl import memory as jl_memory
 from reproductions.bu2021_jl import speed as jl_speed
@@ -27,6 +28,7 @@ REPRODUCTIONS: dict[str, tuple[Callable[[str], None], Callable[[], None]]] = {
     "abadi2016_mnist": (abadi2016_mnist.compute, abadi2016_mnist.plot),
     "bu2019_tradeoff_curves": (lambda profile: tradeoff_curves.compute(), tradeoff_curves.plot),
     "bu2019_privacy": (bu2019_privacy.compute, bu2019_privacy.plot),
+    "bu2019_training": (bu2019_training.compute, bu2019_training.plot),
     "bu2021_jl_epsilon": (jl_epsilon.compute, jl_epsilon.plot),
     "bu2021_jl_speed": (jl_speed.compute, jl_speed.plot),
     "bu2021_jl_memory": (jl_memory.compute, jl_memory.plot),
