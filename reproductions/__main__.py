@@ -16,9 +16,11 @@ from reproductions.abadi2016 import mnist as abadi2016_mnist
 from reproductions.bu2019_gdp import privacy as bu2019_privacy
 from reproductions.bu2019_gdp import tradeoff_curves
 from reproductions.bu2019_gdp import training as bu2019_training
+from reproductions.bu2021_jl import accuracy as jl_accuracy
 from reproductions.bu2021_jl import epsilon_vs_epochs as jl_epsilon
 from reproductions.bu2021_jl import memory as jl_memory
 from reproductions.bu2021_jl import speed as jl_speed
+from reproductions.bu2021_jl import summary as jl_summary
 from reproductions.erm import compute as erm_compute
 from reproductions.erm import plot as erm_plot
 
@@ -32,6 +34,9 @@ REPRODUCTIONS: dict[str, tuple[Callable[[str], None], Callable[[], None]]] = {
     "bu2021_jl_epsilon": (jl_epsilon.compute, jl_epsilon.plot),
     "bu2021_jl_speed": (jl_speed.compute, jl_speed.plot),
     "bu2021_jl_memory": (jl_memory.compute, jl_memory.plot),
+    "bu2021_jl_accuracy": (jl_accuracy.compute, jl_accuracy.plot),
+    # after bu2021_jl_speed: its figure reads the speed results
+    "bu2021_jl_summary": (jl_summary.compute, jl_summary.plot),
     "erm": (erm_compute, erm_plot),
 }
 

@@ -1,0 +1,157 @@
+"""Fig. 1-style IMDb summary of Bu et al. 2021, on generated token sequences (no real data)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import dpcore.data.text
+import reproductions.common as common
+from dpcore.torch.models import IMDbLSTM, imdb_lstm
+from reproductions.bu2021_jl import summary
+from reproductions.bu2021_jl.summary import SummaryConfig
+
+#: 96 short reviews, lots of 24, 2 steps; JL with r = 2; a tiny LSTM (see ``small_model``).
+TINY = SummaryConfig(
+    jl_dimensions=(2,),
+    steps=2,
+    eval_every=1,
+    paper_epochs=1,
+    dataset_size=96,
+    lot_size=24,
+    test_size=None,
+    jl_bins=8,
+)
+
+
+def _reviews(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    labels = torch.randint(0, 2, (n,), generator=generator)
+    tokens = torch.randint(2, 40, (n, 6), generator=generator)
+    tokens[:, -1] = 40 + labels  # the last token gives the sentiment away
+    return tokens, labels.float()
+
+
+def _tiny_data(config: SummaryConfig) -> summary.Data:
+    return (*_reviews(config.dataset_size, 0), *_reviews(40, 1))
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Figures and README redirected into ``tmp_path``; a small LSTM instead of the paper's."""
+    monkeypatch.setattr(common, "FIGURES", tmp_path)
+    monkeypatch.setattr(summary, "FIGURES", tmp_path)
+    monkeypatch.setattr(summary, "CHECKPOINTS", tmp_path / "checkpoints")
+
+    def small_model(recurrent: str = "dplstm") -> IMDbLSTM:
+        return imdb_lstm(50, 8, 8, recurrent=recurrent)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(summary, "imdb_lstm", small_model)
+    readme = tmp_path / "README.md"
+    readme.write_text("a\n<!-- summary-table:start -->\n<!-- summary-table:end -->\nz\n")
+    monkeypatch.setattr(summary, "README", readme)
+    return tmp_path
+
+
+def _fake_speed(folder: Path) -> None:
+    """A speed file as Table 2's module writes it, with a TF Privacy row to be ignored."""
+    rows = [
+        {"method": "nonprivate", "r": None, "seconds_per_epoch": 10.0,
+         "ratio_to_nonprivate": 1.0, "extrapolated": True, "source": "dpcore"},
+        {"method": "dp_adam_exact", "r": None, "seconds_per_epoch": 15.0,
+         "ratio_to_nonprivate": 1.5, "extrapolated": False, "source": "dpcore"},
+        {"method": "tf_privacy_vanilla", "r": None, "seconds_per_epoch": 9999.0,
+         "ratio_to_nonprivate": 999.0, "extrapolated": True, "source": "tf_privacy"},
+    ]  # fmt: skip
+    common.save_results(summary.SPEED_STEM, config={"profile": "full"}, rows=rows)
+    assert (folder / f"{summary.SPEED_STEM}.json").is_file()
+
+
+def test_end_to_end_with_speed_file(sandbox: Path) -> None:
+    summary.compute("quick", data_loader=_tiny_data, config=TINY)
+    data = json.loads((sandbox / f"{summary.STEM}.json").read_text())
+    rows = {row["method"]: row for row in data["rows"]}
+    assert list(rows) == ["Adam (non-private)", "DP-Adam (exact)", "DP-Adam-JL r=2"]
+    assert all(row["step"] == 2 and 0 <= row["test_accuracy"] <= 1 for row in rows.values())
+    assert rows["Adam (non-private)"]["privacy"] is None
+    exact, jl = rows["DP-Adam (exact)"]["privacy"], rows["DP-Adam-JL r=2"]["privacy"]
+    assert exact["run"]["accountant"] == "pld" and jl["run"]["accountant"] == "jl"
+    assert jl["run"]["lower"] >= exact["run"]["upper"]
+    # the paper's schedule: round(1 epoch x 96 / 24) = 4 steps, more than the 2 run
+    assert exact["paper_steps"] == 4
+    assert exact["paper_schedule"]["lower"] > exact["run"]["upper"]
+    assert (sandbox / rows["DP-Adam-JL r=2"]["privacy_statement"]).is_file()
+
+    _fake_speed(sandbox)
+    summary.plot()
+    assert (sandbox / f"{summary.STEM}.png").stat().st_size > 10_000
+    table = (sandbox / "README.md").read_text()
+    assert table.startswith("a\n<!-- summary-table:start -->\nProfile **quick: 2 steps")
+    assert "| Adam (non-private) |" in table and "| 10 (extrapolated) | 1 |" in table
+    assert "| 15 | 1.5 |" in table  # exact DP-Adam, read from the speed file
+    assert "9999" not in table  # TF Privacy's rows are not ours
+    assert "| DP-Adam-JL r=2 |" in table and "| not timed | - |" in table
+    assert "full profile" in table and summary.SPEED_MISSING not in table
+
+
+def test_missing_speed_file(sandbox: Path) -> None:
+    config = dataclasses.replace(TINY, jl_dimensions=())
+    summary.compute("quick", data_loader=_tiny_data, config=config)
+    assert summary.speed_rows() is None
+    summary.plot()
+    assert (sandbox / f"{summary.STEM}.png").is_file()
+    table = (sandbox / "README.md").read_text()
+    assert f"Seconds per epoch: {summary.SPEED_MISSING}." in table
+    assert "| DP-Adam (exact) |" in table and "| - | - |" in table
+
+
+def test_nonprivate_resume_is_exact(tmp_path: Path) -> None:
+    x, y = _reviews(50, 0)
+    torch.manual_seed(0)
+    model = imdb_lstm(50, 8, 8, recurrent="lstm")
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+
+    def fresh() -> summary.NonPrivateAdam:
+        model.load_state_dict(initial)
+        return summary.NonPrivateAdam(model, x, y, lr=1e-2, lot_size=16, seed=3)
+
+    straight = fresh()
+    losses = [straight.step() for _ in range(5)]  # 3 lots per pass: crosses a reshuffle
+    final = {k: v.clone() for k, v in model.state_dict().items()}
+    first = fresh()
+    for _ in range(2):
+        first.step()
+    first.save_checkpoint(tmp_path / "np.pt")
+    resumed = fresh()
+    resumed.load_checkpoint(tmp_path / "np.pt")
+    assert resumed.steps_done == 2
+    assert [resumed.step() for _ in range(3)] == losses[2:]
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(value, final[key])
+
+
+def test_test_subset_is_random_not_a_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
+    sorted_labels = np.repeat([0, 1], 50)  # like the real test split: negatives first
+
+    def fake_sequences() -> tuple[np.ndarray, ...]:
+        ids = np.arange(100 * 3).reshape(100, 3)
+        return ids, sorted_labels, ids, sorted_labels
+
+    monkeypatch.setattr(dpcore.data.text, "imdb_sequences", fake_sequences)
+    _, y_train, x_test, y_test = summary.load_data(dataclasses.replace(TINY, test_size=20))
+    assert len(y_train) == 100 and x_test.shape == (20, 3) and y_test.dtype == torch.float32
+    assert 0 < float(y_test.mean()) < 1  # both classes, unlike the first 20
+    again = summary.load_data(dataclasses.replace(TINY, test_size=20))[2]
+    assert torch.equal(x_test, again)
+
+
+def test_profiles() -> None:
+    full = summary.PROFILES["full"]
+    assert [r for _, _, r in summary.methods(full)] == [None, None, 1, 5, 10, 30]
+    assert full.steps == 1953  # round(20 epochs x 25,000 / 256)
+    assert summary.PROFILES["quick"].jl_dimensions == (1, 5)
