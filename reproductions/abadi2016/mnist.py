@@ -1,25 +1,24 @@
 """Abadi et al. 2016, §5.2 / Fig. 3: DP-SGD on MNIST at three noise levels, paper vs ours.
 
-Model (paper §5.2): DP-PCA projection to 60 dimensions, one hidden layer of 1,000 ReLU units,
-softmax output; lot size L = 600 of N = 60,000 (q = 0.01, Poisson lots here), clipping C = 4,
-learning rate 0.1 decaying linearly to 0.052 over 10 epochs then constant. Noise levels
-(sigma for training, sigma_p for the PCA): large (8, 16), medium (4, 7), small (2, 4); delta =
-1e-5. A non-private baseline (exact PCA, plain SGD) is trained too.
+Model and settings (paper §5.2, arXiv v2; see :mod:`reproductions.abadi2016.mnist_core`): DP-PCA
+projection to 60 dimensions, one hidden layer of 1,000 ReLU units, softmax output; lot size
+L = 600 of N = 60,000 (q = 0.01, Poisson lots here), clipping C = 4, learning rate 0.1 decaying
+linearly to 0.052 over 10 epochs then constant. Noise levels (sigma for training, sigma_p for the
+PCA): large (8, 16), medium (4, 7), small (2, 4); delta = 1e-5. The paper's runs end, per Fig. 3,
+after about 16, 130 and 780 epochs. A non-private baseline (exact PCA, plain SGD) is trained too.
 
-The DP-PCA (:mod:`reproductions.abadi2016.pca`) is a Poisson-sampled Gaussian event composed once
-with the training steps; every epsilon is reported for training alone (what the paper's
-accountant example counts) and with the PCA added. :func:`compute` saves the results
-(``figures/abadi2016_mnist.{json,csv}``) and one privacy statement per noise level
-(``figures/abadi2016_mnist_<level>_privacy.json``); :func:`plot` draws accuracy vs epoch from the
-saved JSON only.
+The DP-PCA (:mod:`reproductions.abadi2016.pca`) is a Gaussian event composed once with the
+training steps; every epsilon is reported for training alone and with the PCA added.
+:func:`compute` saves the results (``figures/abadi2016_mnist.{json,csv}``) and one privacy
+statement per noise level (``figures/abadi2016_mnist_<level>_privacy.json``); :func:`plot` draws
+accuracy vs epoch from the saved JSON only. The full profile checkpoints every 5 epochs under
+``reproductions/checkpoints/abadi2016_mnist/full/`` and skips finished levels on a restart.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -27,287 +26,236 @@ import numpy as np
 import torch
 from torch import nn
 
-from dpcore.accountants import MomentsAccountant, RdpAccountant
-from dpcore.accountants.pld import PldAccountant
-from dpcore.data.datasets import load_mnist
-from dpcore.events import ComposedEvent, DpEvent, dpsgd_event
-from dpcore.torch.samplers import PoissonSampler
-from dpcore.torch.training import DPTrainer
-from reproductions.abadi2016.pca import dp_pca_directions, pca_event
-from reproductions.common import FIGURES, finite_or_none, load_results, save_results
+from dpcore.events import dpsgd_event
+from reproductions.abadi2016.checkpoints import load_state, save_state
+from reproductions.abadi2016.mnist_core import (
+    Data,
+    EpochHook,
+    MnistConfig,
+    RunSpec,
+    accuracy,
+    epsilons,
+    learning_rate,
+    load_data,
+    make_model,
+    progress_bar,
+    project,
+    projection_event,
+    run_fingerprint,
+    steps_per_epoch,
+    steps_within_budget,
+    train_private,
+    with_projection,
+)
+from reproductions.abadi2016.pca import dp_pca_directions
+from reproductions.abadi2016.report import write_table
+from reproductions.common import FIGURES, ROOT, load_results, save_results
+
+__all__ = ["PROFILES", "MnistConfig", "compute", "learning_rate", "make_model", "plot", "run"]
 
 STEM = "abadi2016_mnist"
 README = Path(__file__).with_name("README.md")
+CHECKPOINTS = ROOT / "reproductions" / "checkpoints" / STEM
 TABLE_START, TABLE_END = "<!-- mnist-table:start -->", "<!-- mnist-table:end -->"
 LEVELS = ("large", "medium", "small")
 
-
-@dataclasses.dataclass(frozen=True)
-class MnistConfig:
-    """One profile. Tuples are indexed like :data:`LEVELS` (large, medium, small noise)."""
-
-    profile: str = "quick"
-    noise_multipliers: tuple[float, ...] = (8.0, 4.0, 2.0)
-    pca_noise: tuple[float, ...] = (16.0, 7.0, 4.0)
-    #: Epochs actually run per level (quick: far fewer than the paper; labelled in the table).
-    epochs: tuple[int, ...] = (12, 12, 12)
-    #: Epochs the paper's epsilons imply (backed out with the moments accountant for the
-    #: training steps alone, q = 0.01, delta = 1e-5): eps(50) = 0.49, eps(245) = 2.0,
-    #: eps(720) = 8.0. The full profile runs these.
-    paper_epochs: tuple[int, ...] = (50, 245, 720)
-    paper_epsilon: tuple[float, ...] = (0.5, 2.0, 8.0)
-    paper_accuracy: tuple[float, ...] = (0.90, 0.95, 0.97)
-    paper_baseline_accuracy: float = 0.983
-    baseline_epochs: int = 20
-    dataset_size: int = 60_000
-    lot_size: int = 600
-    max_grad_norm: float = 4.0
-    hidden_units: int = 1000
-    pca_components: int = 60
-    #: Poisson rate of the PCA's random sample; the paper does not give its size (assumption).
-    pca_sample_rate: float = 0.1
-    lr_start: float = 0.1
-    lr_end: float = 0.052
-    lr_decay_epochs: int = 10
-    delta: float = 1e-5
-    eval_every: int = 1
-    seed: int = 0
-
-
 PROFILES = {
     "quick": MnistConfig(),
-    "full": MnistConfig(profile="full", epochs=(50, 245, 720), baseline_epochs=100, eval_every=5),
+    "full": MnistConfig(
+        profile="full",
+        epochs=(16, 130, 780),
+        baseline_epochs=100,
+        eval_every=5,
+        checkpoint_every=5,
+    ),
 }
 
 
-def learning_rate(config: MnistConfig, epoch_fraction: float) -> float:
-    """Linear decay from lr_start to lr_end over lr_decay_epochs, then constant (§5.2)."""
-    t = min(epoch_fraction / config.lr_decay_epochs, 1.0)
-    return config.lr_start + (config.lr_end - config.lr_start) * t
+def level_specs(config: MnistConfig, dataset_size: int) -> list[RunSpec]:
+    """One run per noise level, ``config.epochs`` long, seeded as ``seed + 1000 * level``."""
+    per_epoch = steps_per_epoch(config, dataset_size)
+    return [
+        RunSpec(
+            name=name,
+            noise_multiplier=config.noise_multipliers[level],
+            pca_noise=config.pca_noise[level],
+            steps=config.epochs[level] * per_epoch,
+            seed=config.seed + 1000 * level,
+        )
+        for level, name in enumerate(LEVELS)
+    ]
 
 
-def make_model(config: MnistConfig) -> nn.Module:
-    """60 -> 1,000 ReLU -> 10 (softmax is in the loss)."""
-    return nn.Sequential(
-        nn.Linear(config.pca_components, config.hidden_units),
-        nn.ReLU(),
-        nn.Linear(config.hidden_units, 10),
-    )
-
-
-def _accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
-    model.eval()
-    with torch.no_grad():
-        return float((model(x).argmax(1) == y).float().mean())
-
-
-def epsilons(event: DpEvent, delta: float) -> dict[str, float | None]:
-    """Moments accountant (as in the paper), RDP and the tight PLD interval at ``delta``."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # order-grid notes do not change the bound
-        interval = PldAccountant().compose(event).get_epsilon_interval(delta)
-        return {
-            "moments": finite_or_none(MomentsAccountant().compose(event).get_epsilon(delta)),
-            "rdp": finite_or_none(RdpAccountant().compose(event).get_epsilon(delta)),
-            "pld_lower": finite_or_none(interval.lower),
-            "pld_upper": finite_or_none(interval.upper),
-        }
-
-
-def _data(config: MnistConfig) -> tuple[np.ndarray, torch.Tensor, np.ndarray, torch.Tensor]:
-    x_train, y_train = load_mnist("train")
-    x_test, y_test = load_mnist("test")
-    flat_train = x_train.reshape(len(x_train), -1).astype(np.float64) / 255.0
-    flat_test = x_test.reshape(len(x_test), -1).astype(np.float64) / 255.0
-    return (
-        flat_train,
-        torch.as_tensor(y_train, dtype=torch.long),
-        flat_test,
-        torch.as_tensor(y_test, dtype=torch.long),
-    )
-
-
-def _project(x: np.ndarray, directions: np.ndarray) -> torch.Tensor:
-    return torch.as_tensor(x @ directions, dtype=torch.float32)
-
-
-def _run_private(
-    config: MnistConfig, level: int, data: tuple[np.ndarray, torch.Tensor, np.ndarray, torch.Tensor]
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """DP-PCA + DP-SGD at one noise level; returns per-epoch rows and the privacy statement."""
+def train_baseline(
+    config: MnistConfig,
+    data: Data,
+    *,
+    checkpoint: Path | None = None,
+    on_epoch: EpochHook | None = None,
+) -> list[dict[str, Any]]:
+    """Non-private: exact PCA on all training rows, plain SGD on shuffled lots; resumable."""
     x_train, y_train, x_test, y_test = data
-    name, sigma, sigma_p = LEVELS[level], config.noise_multipliers[level], config.pca_noise[level]
-    seed = config.seed + 1000 * level
+    seed = config.seed + 99
     directions = dp_pca_directions(
         x_train,
         components=config.pca_components,
-        noise_std=sigma_p,
-        sample_rate=config.pca_sample_rate,
+        noise_std=0.0,
+        sample_rate=1.0,
         rng=np.random.default_rng(seed),
     )
-    inputs, test_inputs = _project(x_train, directions), _project(x_test, directions)
+    inputs, test_inputs = project(x_train, directions), project(x_test, directions)
     torch.manual_seed(seed)
-    model = make_model(config)
-    q = config.lot_size / config.dataset_size
-    trainer = DPTrainer.dp_sgd(
-        model,
-        lr=config.lr_start,
-        inputs=inputs,
-        targets=y_train,
-        loss_fn=nn.CrossEntropyLoss(reduction="none"),
-        noise_multiplier=sigma,
-        max_grad_norm=config.max_grad_norm,
-        sampler=PoissonSampler(len(inputs), sampling_probability=q, seed=seed),
-        engine="fast",
-        seed=seed + 1,
-    )
-    steps_per_epoch = round(1 / q)
-    event_pca = pca_event(noise_std=sigma_p, sample_rate=config.pca_sample_rate)
-    rows: list[dict[str, Any]] = []
-    start = time.perf_counter()
-    for epoch in range(1, config.epochs[level] + 1):
-        for step in range(steps_per_epoch):
-            lr = learning_rate(config, epoch - 1 + step / steps_per_epoch)
-            for group in trainer.optimizer.optimizer.param_groups:
-                group["lr"] = lr
-            trainer.step()
-        if epoch % config.eval_every and epoch != config.epochs[level]:
-            continue
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            moments = MomentsAccountant().compose(trainer.ledger.event())
-            moments_total = MomentsAccountant().compose(
-                ComposedEvent([event_pca, trainer.ledger.event()])
-            )
-            rows.append(
-                {
-                    "level": name,
-                    "epoch": epoch,
-                    "steps": trainer.steps_done,
-                    "test_accuracy": _accuracy(model, test_inputs, y_test),
-                    "train_accuracy": _accuracy(model, inputs[:10_000], y_train[:10_000]),
-                    "epsilon_moments": moments.get_epsilon(config.delta),
-                    "epsilon_moments_with_pca": moments_total.get_epsilon(config.delta),
-                    "wall_s": round(time.perf_counter() - start, 2),
-                }
-            )
-    training_event = trainer.ledger.event()
-    paper_training = dpsgd_event(
-        sampling_probability=q, noise_multiplier=sigma, steps=config.paper_epochs[level] * 100
-    )
-    statement = trainer.privacy_statement(
-        delta=config.delta,
-        accountants=("moments", "rdp", "pld"),
-        model="PCA-60 -> 1000 ReLU -> 10",
-        level=name,
-    )
-    statement["dp_pca"] = {
-        "event": event_pca.to_dict(),
-        "noise_std": sigma_p,
-        "sample_rate": config.pca_sample_rate,
-        "sensitivity": "1 (unit-norm rows; upper triangle of A^T A incl. diagonal)",
-        "epsilon_alone": epsilons(event_pca, config.delta),
-    }
-    statement["epsilon_training_only"] = epsilons(training_event, config.delta)
-    statement["epsilon_with_pca"] = epsilons(
-        ComposedEvent([event_pca, training_event]), config.delta
-    )
-    statement["epsilon_paper_epochs_training_only"] = epsilons(paper_training, config.delta)
-    statement["epsilon_paper_epochs_with_pca"] = epsilons(
-        ComposedEvent([event_pca, paper_training]), config.delta
-    )
-    return rows, statement
-
-
-def _run_baseline(
-    config: MnistConfig, data: tuple[np.ndarray, torch.Tensor, np.ndarray, torch.Tensor]
-) -> list[dict[str, Any]]:
-    """Non-private: exact PCA on all training rows, plain SGD on shuffled lots of 600."""
-    x_train, y_train, x_test, y_test = data
-    rng = np.random.default_rng(config.seed + 99)
-    directions = dp_pca_directions(
-        x_train, components=config.pca_components, noise_std=0.0, sample_rate=1.0, rng=rng
-    )
-    inputs, test_inputs = _project(x_train, directions), _project(x_test, directions)
-    torch.manual_seed(config.seed + 99)
-    model = make_model(config)
+    model = make_model(config, inputs.shape[1])
     optimizer = torch.optim.SGD(model.parameters(), lr=config.lr_start)
-    loss_fn = nn.CrossEntropyLoss()
-    generator = torch.Generator().manual_seed(config.seed + 99)
+    generator = torch.Generator().manual_seed(seed)
+    fingerprint = {"config": run_fingerprint(config, RunSpec("non-private", 0, 0, 0, seed))}
+    state = load_state(checkpoint, fingerprint)
+    if state is not None and state["epoch"] > config.baseline_epochs:
+        state = None  # a longer run than asked for: start afresh
     rows: list[dict[str, Any]] = []
-    start = time.perf_counter()
-    steps_per_epoch = len(inputs) // config.lot_size
-    for epoch in range(1, config.baseline_epochs + 1):
+    elapsed = 0.0
+    if state is not None and checkpoint is not None:
+        stored = torch.load(checkpoint.with_suffix(".pt"), weights_only=True)
+        model.load_state_dict(stored["model"])
+        optimizer.load_state_dict(stored["optimizer"])
+        generator.set_state(stored["generator"])
+        rows, elapsed = state["rows"], state["wall_s"]
+
+    def save_pt(path: Path) -> None:
+        payload = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+        torch.save({**payload, "generator": generator.get_state()}, path)
+
+    loss_fn = nn.CrossEntropyLoss()
+    per_epoch = len(inputs) // config.lot_size
+    first = 1 if state is None else state["epoch"] + 1
+    bar = progress_bar(config.baseline_epochs, first - 1, "non-private")
+    for epoch in range(first, config.baseline_epochs + 1):
+        start = time.perf_counter()
         model.train()
         order = torch.randperm(len(inputs), generator=generator)
-        for step in range(steps_per_epoch):
+        for step in range(per_epoch):
             for group in optimizer.param_groups:
-                group["lr"] = learning_rate(config, epoch - 1 + step / steps_per_epoch)
+                group["lr"] = learning_rate(config, epoch - 1 + step / per_epoch)
             batch = order[step * config.lot_size : (step + 1) * config.lot_size]
             optimizer.zero_grad()
             loss_fn(model(inputs[batch]), y_train[batch]).backward()
             optimizer.step()
-        if epoch % config.eval_every and epoch != config.baseline_epochs:
-            continue
-        rows.append(
-            {
-                "level": "non-private",
-                "epoch": epoch,
-                "steps": epoch * steps_per_epoch,
-                "test_accuracy": _accuracy(model, test_inputs, y_test),
-                "train_accuracy": _accuracy(model, inputs[:10_000], y_train[:10_000]),
-                "epsilon_moments": None,
-                "epsilon_moments_with_pca": None,
-                "wall_s": round(time.perf_counter() - start, 2),
-            }
-        )
+        last = epoch == config.baseline_epochs
+        if (config.eval_every > 0 and epoch % config.eval_every == 0) or last:
+            rows.append(
+                {
+                    "run": "non-private",
+                    "epoch": epoch,
+                    "steps": epoch * per_epoch,
+                    "test_accuracy": accuracy(model, test_inputs, y_test),
+                    "train_accuracy": accuracy(model, inputs[:10_000], y_train[:10_000]),
+                    "epsilon_moments": None,
+                    "epsilon_moments_with_pca": None,
+                    "wall_s": round(elapsed + time.perf_counter() - start, 2),
+                }
+            )
+        elapsed += time.perf_counter() - start
+        every = config.checkpoint_every
+        if checkpoint is not None and every > 0 and (epoch % every == 0 or last):
+            current = {"fingerprint": fingerprint, "rows": rows, "wall_s": elapsed}
+            save_state(checkpoint, {**current, "epoch": epoch, "done": last}, save_pt)
+        bar.update(1)
+        if on_epoch is not None:
+            on_epoch("non-private", epoch)
+    bar.close()
     return rows
 
 
-def compute(profile: str = "quick") -> None:
-    """Train every noise level and the baseline; save results and privacy statements."""
-    config = PROFILES[profile]
-    torch.set_num_threads(max(1, torch.get_num_threads()))
-    data = _data(config)
-    start = time.perf_counter()
+def run(
+    config: MnistConfig, *, checkpoint_dir: Path | None = None, on_epoch: EpochHook | None = None
+) -> dict[str, Any]:
+    """Train every noise level and the baseline; return rows, summary and privacy statements.
+
+    With ``checkpoint_dir`` (and ``config.checkpoint_every > 0``) each level and the baseline
+    resume from their checkpoints there; finished levels are read back, not retrained.
+    """
+    data = load_data()
+    n = len(data[0])
+    per_epoch = steps_per_epoch(config, n)
+    q = config.lot_size / n
     rows: list[dict[str, Any]] = []
     summary: dict[str, Any] = {}
-    FIGURES.mkdir(parents=True, exist_ok=True)
-    for level, name in enumerate(LEVELS):
-        level_rows, statement = _run_private(config, level, data)
+    statements: dict[str, dict[str, Any]] = {}
+    for level, spec in enumerate(level_specs(config, n)):
+        checkpoint = None if checkpoint_dir is None else checkpoint_dir / spec.name
+        level_rows, statement = train_private(
+            config, spec, data, checkpoint=checkpoint, on_epoch=on_epoch
+        )
         rows += level_rows
-        path = FIGURES / f"{STEM}_{name}_privacy.json"
-        path.write_text(json.dumps(statement, indent=2, sort_keys=True, default=str) + "\n")
-        summary[name] = {
+        event_pca = projection_event(config, spec.pca_noise)
+        paper_training = dpsgd_event(
+            sampling_probability=q,
+            noise_multiplier=spec.noise_multiplier,
+            steps=config.paper_epochs[level] * per_epoch,
+        )
+        statement["epsilon_paper_epochs_training_only"] = epsilons(paper_training, config.delta)
+        statement["epsilon_paper_epochs_with_pca"] = epsilons(
+            with_projection(paper_training, event_pca), config.delta
+        )
+        budget = {
+            key: steps_within_budget(
+                sampling_probability=q,
+                noise_multiplier=spec.noise_multiplier,
+                target_epsilon=config.paper_epsilon[level],
+                delta=config.delta,
+                extra=extra,
+            )
+            / per_epoch
+            for key, extra in (("training_only", None), ("with_pca", event_pca))
+        }
+        statements[spec.name] = statement
+        summary[spec.name] = {
             "epochs_run": config.epochs[level],
             "test_accuracy": level_rows[-1]["test_accuracy"],
+            "wall_s": level_rows[-1]["wall_s"],
             "paper_accuracy": config.paper_accuracy[level],
             "paper_epsilon": config.paper_epsilon[level],
             "paper_epochs": config.paper_epochs[level],
             "epsilon_training_only": statement["epsilon_training_only"],
             "epsilon_with_pca": statement["epsilon_with_pca"],
-            "epsilon_pca_alone": statement["dp_pca"]["epsilon_alone"],
+            "epsilon_pca_alone": statement.get("dp_pca", {}).get("epsilon_alone"),
             "epsilon_paper_epochs_training_only": statement["epsilon_paper_epochs_training_only"],
             "epsilon_paper_epochs_with_pca": statement["epsilon_paper_epochs_with_pca"],
-            "privacy_statement": path.name,
+            "epochs_to_paper_epsilon_moments": budget,
+            "privacy_statement": f"{STEM}_{spec.name}_privacy.json",
         }
-        print(f"abadi2016_mnist {name}: {summary[name]['test_accuracy']:.4f}", flush=True)
-    baseline_rows = _run_baseline(config, data)
+        print(f"{STEM} {spec.name}: {summary[spec.name]['test_accuracy']:.4f}", flush=True)
+    baseline = None if checkpoint_dir is None else checkpoint_dir / "non_private"
+    baseline_rows = train_baseline(config, data, checkpoint=baseline, on_epoch=on_epoch)
     rows += baseline_rows
     summary["non-private"] = {
         "epochs_run": config.baseline_epochs,
         "test_accuracy": baseline_rows[-1]["test_accuracy"],
         "paper_accuracy": config.paper_baseline_accuracy,
     }
+    return {"rows": rows, "summary": summary, "statements": statements}
+
+
+def compute(profile: str = "quick") -> None:
+    """Run :func:`run` for the profile; save results and privacy statements under figures/."""
+    config = PROFILES[profile]
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    start = time.perf_counter()
+    checkpoint_dir = CHECKPOINTS / config.profile if config.checkpoint_every > 0 else None
+    result = run(config, checkpoint_dir=checkpoint_dir)
+    FIGURES.mkdir(parents=True, exist_ok=True)
+    for name, statement in result["statements"].items():
+        path = FIGURES / f"{STEM}_{name}_privacy.json"
+        path.write_text(json.dumps(statement, indent=2, sort_keys=True, default=str) + "\n")
     extra = {
         "seed": config.seed,
         "hardware": f"{torch.get_num_threads()} torch threads, CPU",
         "torch": torch.__version__,
         "wall_time_s": round(time.perf_counter() - start, 1),
-        "summary": summary,
-        "cifar10": "not run: data unavailable",
+        "resumable": checkpoint_dir is not None,
+        "summary": result["summary"],
     }
-    save_results(STEM, config=config, rows=rows, extra=extra)
+    save_results(STEM, config=config, rows=result["rows"], extra=extra)
 
 
 def plot() -> None:
@@ -322,7 +270,7 @@ def plot() -> None:
     baseline = summary["non-private"]["test_accuracy"]
     figure, axes = plt.subplots(1, 3, figsize=(12, 3.8), sharey=True)
     for index, (axis, name) in enumerate(zip(axes, LEVELS, strict=True)):
-        mine = [row for row in rows if row["level"] == name]
+        mine = [row for row in rows if row["run"] == name]
         epochs = [row["epoch"] for row in mine]
         axis.plot(epochs, [row["test_accuracy"] for row in mine], "-o", ms=3, label="test")
         axis.plot(epochs, [row["train_accuracy"] for row in mine], "--", label="train")
@@ -332,7 +280,7 @@ def plot() -> None:
         axis.set_title(
             f"{name}: sigma={config['noise_multipliers'][index]:g}, "
             f"sigma_p={config['pca_noise'][index]:g}\n"
-            f"eps={eps:.2f} (moments, incl. PCA), paper eps={config['paper_epsilon'][index]:g}",
+            f"eps={_fmt(eps)} (moments, incl. PCA), paper eps={config['paper_epsilon'][index]:g}",
             fontsize=9,
         )
         axis.set_xlabel("epoch")
@@ -356,46 +304,38 @@ def readme_table(data: dict[str, Any]) -> str:
     config, summary = data["config"], data["summary"]
     lines = [
         f"Profile **{config['profile']}**, seed {data['seed']}, commit `{data['commit'][:12]}`, "
-        f"wall time {data['wall_time_s']:.0f} s ({data['hardware']}), delta = {config['delta']:g}.",
+        f"wall time {data['wall_time_s']:.0f} s ({data['hardware']}), delta = {config['delta']:g}"
+        f", PCA sample rate {config['pca_sample_rate']:g}.",
         "",
-        "| noise (sigma, sigma_p) | epochs run (paper's) | test acc. ours | paper | "
-        "eps run: moments train / +PCA | eps run +PCA: RDP / PLD | "
-        "eps at paper's epochs: moments train / +PCA | PLD +PCA | paper eps |",
+        "| noise (sigma, sigma_p) | epochs run (paper's, Fig. 3) | test acc. ours | paper "
+        "| eps run, moments: train / +PCA | eps run +PCA: RDP / PLD "
+        "| eps at paper's epochs +PCA: moments / PLD | our epochs to paper's eps (moments +PCA) "
+        "| paper eps |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for index, name in enumerate(LEVELS):
         item = summary[name]
-        run, total = item["epsilon_training_only"], item["epsilon_with_pca"]
-        paper_run, paper_total = (
-            item["epsilon_paper_epochs_training_only"],
-            item["epsilon_paper_epochs_with_pca"],
-        )
+        run_eps, total = item["epsilon_training_only"], item["epsilon_with_pca"]
+        paper_total = item["epsilon_paper_epochs_with_pca"]
+        budget = item["epochs_to_paper_epsilon_moments"]["with_pca"]
         lines.append(
             f"| {name} ({config['noise_multipliers'][index]:g}, {config['pca_noise'][index]:g}) "
-            f"| {item['epochs_run']} ({item['paper_epochs']}) "
+            f"| {item['epochs_run']} (≈{item['paper_epochs']}) "
             f"| {item['test_accuracy']:.3f} | {item['paper_accuracy']:.2f} "
-            f"| {_fmt(run['moments'])} / {_fmt(total['moments'])} "
+            f"| {_fmt(run_eps['moments'])} / {_fmt(total['moments'])} "
             f"| {_fmt(total['rdp'])} / [{_fmt(total['pld_lower'])}, {_fmt(total['pld_upper'])}] "
-            f"| {_fmt(paper_run['moments'])} / {_fmt(paper_total['moments'])} "
-            f"| [{_fmt(paper_total['pld_lower'])}, {_fmt(paper_total['pld_upper'])}] "
-            f"| {item['paper_epsilon']:g} |"
+            f"| {_fmt(paper_total['moments'])} / "
+            f"[{_fmt(paper_total['pld_lower'])}, {_fmt(paper_total['pld_upper'])}] "
+            f"| {budget:.0f} | {item['paper_epsilon']:g} |"
         )
     base = summary["non-private"]
     lines.append(
-        f"| non-private (exact PCA) | {base['epochs_run']} (-) | {base['test_accuracy']:.3f} "
+        f"| non-private (exact PCA) | {base['epochs_run']} (≈100) | {base['test_accuracy']:.3f} "
         f"| {base['paper_accuracy']:.3f} | - | - | - | - | - |"
     )
-    lines.append(f"| CIFAR-10 (all settings) | {data['cifar10']} | - | - | - | - | - | - | - |")
     return "\n".join(lines)
 
 
 def write_readme_table(data: dict[str, Any]) -> None:
     """Replace the table between the README's markers (left alone if the markers are absent)."""
-    if not README.is_file():
-        return
-    text = README.read_text()
-    if TABLE_START not in text or TABLE_END not in text:
-        return
-    head, rest = text.split(TABLE_START, 1)
-    tail = rest.split(TABLE_END, 1)[1]
-    README.write_text(f"{head}{TABLE_START}\n{readme_table(data)}\n{TABLE_END}{tail}")
+    write_table(README, TABLE_START, TABLE_END, readme_table(data))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from dpcore.errors import InvalidParameterError
 from dpcore.events import DpEvent, GaussianEvent, PoissonSampledEvent
 
 
@@ -47,12 +48,12 @@ def dp_pca_directions(
         rng: the randomness for the sample and the noise.
     """
     if not 0 < sample_rate <= 1:
-        raise ValueError(f"sample_rate must be in (0, 1], got {sample_rate}")
+        raise InvalidParameterError("sample_rate", "in (0, 1]", sample_rate)
     if noise_std < 0:
-        raise ValueError(f"noise_std must be >= 0, got {noise_std}")
+        raise InvalidParameterError("noise_std", ">= 0", noise_std)
     d = x.shape[1]
     if not 1 <= components <= d:
-        raise ValueError(f"components must be in [1, {d}], got {components}")
+        raise InvalidParameterError("components", f"in [1, {d}]", components)
     keep = rng.random(x.shape[0]) < sample_rate if sample_rate < 1 else np.ones(len(x), bool)
     a = unit_rows(np.asarray(x, dtype=np.float64)[keep])
     covariance = a.T @ a
@@ -68,3 +69,15 @@ def pca_event(*, noise_std: float, sample_rate: float) -> DpEvent:
     """The privacy event of :func:`dp_pca_directions` (sensitivity 1, see the module text)."""
     gaussian = GaussianEvent(noise_std)
     return gaussian if sample_rate >= 1 else PoissonSampledEvent(sample_rate, gaussian)
+
+
+def random_directions(dimension: int, components: int, rng: np.random.Generator) -> np.ndarray:
+    """``components`` orthonormal directions (columns, d x k) drawn uniformly at random.
+
+    The data-independent baseline of Abadi et al. 2016, §5.2 ("random projection", Fig. 5(1)):
+    it uses no data, so it costs no privacy.
+    """
+    if not 1 <= components <= dimension:
+        raise InvalidParameterError("components", f"in [1, {dimension}]", components)
+    gaussian = rng.normal(size=(dimension, components))
+    return np.ascontiguousarray(np.linalg.qr(gaussian)[0])
