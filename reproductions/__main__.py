@@ -11,8 +11,10 @@ import sys
 import time
 from collections.abc import Callable
 
+from reproductions.abadi2016 import cifar10 as abadi2016_cifar10
 from reproductions.abadi2016 import fig2
 from reproductions.abadi2016 import mnist as abadi2016_mnist
+from reproductions.abadi2016 import sweeps as abadi2016_sweeps
 from reproductions.bu2019_gdp import privacy as bu2019_privacy
 from reproductions.bu2019_gdp import tradeoff_curves
 from reproductions.bu2019_gdp import training as bu2019_training
@@ -28,6 +30,8 @@ from reproductions.erm import plot as erm_plot
 REPRODUCTIONS: dict[str, tuple[Callable[[str], None], Callable[[], None]]] = {
     "abadi2016_fig2": (lambda profile: fig2.compute(), fig2.plot),
     "abadi2016_mnist": (abadi2016_mnist.compute, abadi2016_mnist.plot),
+    "abadi2016_sweeps": (abadi2016_sweeps.compute, abadi2016_sweeps.plot),
+    "abadi2016_cifar10": (abadi2016_cifar10.compute, abadi2016_cifar10.plot),
     "bu2019_tradeoff_curves": (lambda profile: tradeoff_curves.compute(), tradeoff_curves.plot),
     "bu2019_privacy": (bu2019_privacy.compute, bu2019_privacy.plot),
     "bu2019_training": (bu2019_training.compute, bu2019_training.plot),

@@ -1,0 +1,155 @@
+"""CIFAR-10 runner of the Abadi et al. 2016 reproduction, on a tiny generated batch directory."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from dpcore.accountants import MomentsAccountant
+from dpcore.events import dpsgd_event
+from reproductions import common
+from reproductions.abadi2016 import cifar10
+from reproductions.abadi2016.cifar10 import CifarConfig, CifarSetting
+
+PER_BATCH = 64  # 5 training batches (320 images) and a test batch of 64
+TINY_SETTING = CifarSetting(
+    "tiny", lot_size=32, epochs=2, paper_epochs=3, paper_epsilon=2.0, paper_accuracy=0.67
+)
+
+
+def _write_batches(folder: Path) -> None:
+    """The real python-pickle layout: dict with b"data" uint8 (n, 3072) and b"labels"."""
+    rng = np.random.default_rng(0)
+    folder.mkdir(parents=True)
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        labels = rng.integers(0, 10, size=PER_BATCH)
+        data = rng.integers(0, 256, size=(PER_BATCH, 3072)).astype(np.uint8)
+        data[:, :1024] = (labels * 25)[:, None].astype(np.uint8)  # a learnable red channel
+        with (folder / name).open("wb") as handle:
+            pickle.dump({b"data": data, b"labels": labels.tolist()}, handle)
+
+
+def _tiny(directory: Path | None) -> CifarConfig:
+    return CifarConfig(
+        profile="test",
+        directory=None if directory is None else str(directory),
+        settings=(TINY_SETTING,),
+        conv_channels=4,
+        fc_units=8,
+        eval_batch=50,
+    )
+
+
+@pytest.fixture
+def figures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    out = tmp_path / "figures"
+    out.mkdir()
+    monkeypatch.setattr(common, "FIGURES", out)
+    readme = tmp_path / "README.md"
+    readme.write_text(f"a\n{cifar10.TABLE_START}\nold\n{cifar10.TABLE_END}\nb\n")
+    monkeypatch.setattr(cifar10, "README", readme)
+    return out
+
+
+def test_runs_on_a_tiny_directory(tmp_path: Path, figures: Path) -> None:
+    _write_batches(tmp_path / "cifar")
+    cifar10.compute(config=_tiny(tmp_path / "cifar"))
+    saved = json.loads((figures / "abadi2016_cifar10.json").read_text())
+    assert saved["status"] == "run" and saved["n_train"] == 320 and saved["n_test"] == 64
+    rows = saved["rows"]
+    assert [row["epoch"] for row in rows] == [1, 2]
+    assert [row["steps"] for row in rows] == [10, 20]  # 320 / 32 lots per epoch
+    assert all(0.0 <= row["test_accuracy"] <= 1.0 for row in rows)
+    # q = 32 / 320, sigma = 6 (the paper's, §5.3), 20 steps.
+    expected = MomentsAccountant().compose(
+        dpsgd_event(sampling_probability=0.1, noise_multiplier=6.0, steps=20)
+    )
+    assert rows[-1]["epsilon_moments"] == pytest.approx(expected.get_epsilon(1e-5))
+    statement = json.loads((figures / "abadi2016_cifar10_tiny_privacy.json").read_text())
+    assert statement["steps"] == 20 and statement["dataset_size"] == 320
+    assert statement["run"]["max_grad_norm"] == 3.0 and statement["run"]["engine"] == "fast"
+    assert statement["epsilon"]["moments"]["epsilon"] == pytest.approx(rows[-1]["epsilon_moments"])
+    cifar10.plot()
+    assert (figures / "abadi2016_cifar10.png").stat().st_size > 0
+    table = cifar10.README.read_text()
+    assert "old" not in table and "| tiny (32) | 2 (≈3) |" in table and "not run" not in table
+    assert "| eps4_lot4000 (4000) | not in this profile (≈125) |" in table
+
+
+def test_missing_directory_records_not_run(tmp_path: Path, figures: Path) -> None:
+    (figures / "abadi2016_cifar10.png").write_bytes(b"stale")
+    cifar10.compute(config=_tiny(tmp_path / "absent"))
+    saved = json.loads((figures / "abadi2016_cifar10.json").read_text())
+    assert saved["status"] == "not run: data unavailable"
+    assert "data_batch_1" in saved["error"] and saved["rows"] == [] and saved["summary"] == {}
+    # Accounting needs no data: Fig. 6's settings are still reported (lot 2,000, ~56 epochs).
+    expected = MomentsAccountant().compose(
+        dpsgd_event(sampling_probability=0.04, noise_multiplier=6.0, steps=56 * 25)
+    )
+    assert saved["paper_accounting"]["eps2_lot2000"]["moments"] == pytest.approx(
+        expected.get_epsilon(1e-5)
+    )
+    cifar10.plot()
+    assert not (figures / "abadi2016_cifar10.png").exists()
+    table = cifar10.README.read_text()
+    assert "| eps2_lot2000 (2000) | not run: data unavailable (≈56) | - | 0.67 | - |" in table
+    assert "| eps8_lot4000 (4000) | not run: data unavailable (≈665) | - | 0.73 | - |" in table
+    assert "data_batch_1" in table
+
+
+def test_directory_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(cifar10.ENVIRONMENT, str(tmp_path / "env"))
+    assert cifar10.data_directory(_tiny(None)) == tmp_path / "env"
+    assert cifar10.data_directory(_tiny(tmp_path / "own")) == tmp_path / "own"
+    monkeypatch.delenv(cifar10.ENVIRONMENT)
+    assert cifar10.data_directory(_tiny(None)).name == "cifar-10-batches-py"
+
+
+def test_model_shapes_and_preprocessing() -> None:
+    config = CifarConfig()
+    model = cifar10.make_model(config)
+    # §5.3: 12x12x64 after the first block, 6x6x64 after the second, 384, 384, 10.
+    x = torch.zeros(2, 3, 24, 24)
+    assert model[:3](x).shape == (2, 64, 12, 12) and model[:6](x).shape == (2, 64, 6, 6)
+    assert model(x).shape == (2, 10)
+    images = np.random.default_rng(1).integers(0, 256, size=(7, 3, 32, 32)).astype(np.uint8)
+    fixed = cifar10.evaluation_inputs(images, 24)
+    assert fixed.shape == (7, 3, 24, 24)
+    np.testing.assert_allclose(fixed.reshape(7, -1).mean(1), 0.0, atol=1e-5)
+    np.testing.assert_allclose(fixed.reshape(7, -1).std(1, correction=0), 1.0, atol=1e-4)
+    assert torch.equal(fixed, cifar10.evaluation_inputs(images, 24))  # deterministic at test time
+    one = cifar10.augment(images, 24, np.random.default_rng(5))
+    two = cifar10.augment(images, 24, np.random.default_rng(5))
+    other = cifar10.augment(images, 24, np.random.default_rng(6))
+    assert one.shape == (7, 3, 24, 24) and torch.equal(one, two) and not torch.equal(one, other)
+
+
+def test_interrupted_setting_resumes_to_the_same_rows(tmp_path: Path) -> None:
+    _write_batches(tmp_path / "cifar")
+    x_train, y_train = cifar10.load_cifar10(tmp_path / "cifar", "train")
+    x_test, y_test = cifar10.load_cifar10(tmp_path / "cifar", "test")
+    data = (x_train, torch.as_tensor(y_train), x_test, torch.as_tensor(y_test))
+    config = dataclasses.replace(_tiny(tmp_path / "cifar"), checkpoint_every=1)
+    reference, _ = cifar10.train_setting(config, TINY_SETTING, data)
+
+    def crash(name: str, epoch: int) -> None:
+        if epoch == 1:
+            raise RuntimeError("interrupted")
+
+    checkpoint = tmp_path / "ckpt" / "tiny"
+    with pytest.raises(RuntimeError, match="interrupted"):
+        cifar10.train_setting(config, TINY_SETTING, data, checkpoint=checkpoint, on_epoch=crash)
+    epochs: list[int] = []
+    resumed, statement = cifar10.train_setting(
+        config, TINY_SETTING, data, checkpoint=checkpoint, on_epoch=lambda n, e: epochs.append(e)
+    )
+    assert epochs == [2]
+    strip = [{k: v for k, v in row.items() if k != "wall_s"} for row in reference]
+    assert [{k: v for k, v in row.items() if k != "wall_s"} for row in resumed] == strip
+    assert statement["steps"] == 20

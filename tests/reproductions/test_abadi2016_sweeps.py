@@ -1,0 +1,130 @@
+"""Fig. 5-style parameter sweeps of the Abadi et al. 2016 reproduction, on generated data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dpcore.accountants import MomentsAccountant
+from dpcore.errors import InvalidParameterError
+from dpcore.events import ComposedEvent, GaussianEvent, dpsgd_event
+from reproductions import common
+from reproductions.abadi2016 import mnist_core, sweeps
+from reproductions.abadi2016.sweeps import SweepConfig
+
+TINY = SweepConfig(
+    profile="test",
+    reference_pca=4,
+    reference_hidden=8,
+    reference_lot=20,
+    pca_dims=(0, 2, 4),
+    hidden_units=(4, 8),
+    lot_sizes=(10, 20, 40),
+    random_projection=True,
+    epochs=1,
+)
+
+
+def _fake_mnist(split: str) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0 if split == "train" else 1)
+    patterns = np.random.default_rng(7).uniform(0, 200, size=(10, 5, 5))
+    n = 200 if split == "train" else 50
+    labels = rng.integers(0, 10, size=n)
+    images = patterns[labels] + rng.uniform(0, 55, size=(n, 5, 5))
+    return images.astype(np.uint8), labels.astype(np.int64)
+
+
+@pytest.fixture(autouse=True)
+def _generated_data(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mnist_core, "load_mnist", _fake_mnist)
+
+
+def test_points_share_the_reference_model() -> None:
+    result = sweeps.run(TINY)
+    rows = result["rows"]
+    assert [(row["axis"], row["value"]) for row in rows] == [
+        ("pca", 0),
+        ("pca", 2),
+        ("pca", 4),
+        ("hidden", 4),
+        ("hidden", 8),
+        ("lot", 10),
+        ("lot", 20),
+        ("lot", 40),
+        ("random", 4),
+    ]
+    # The reference (PCA 4, 8 hidden, lot 20) appears on every axis but is trained once.
+    reference = [row for row in rows if row["run"] == "dp_pca4_h8_l20"]
+    assert len(reference) == 3 and len({row["test_accuracy"] for row in reference}) == 1
+    assert len(result["statements"]) == 7
+    # One epoch each: N / L steps (200 / 10 = 20 for the smallest lot).
+    by_point = {(row["axis"], row["value"]): row for row in rows}
+    assert by_point[("lot", 10)]["steps"] == 20 and by_point[("lot", 40)]["steps"] == 5
+    # No projection and the random one release nothing but the training steps.
+    no_pca = by_point[("pca", 0)]
+    training = dpsgd_event(sampling_probability=0.1, noise_multiplier=4.0, steps=10)
+    alone = MomentsAccountant().compose(training).get_epsilon(1e-5)
+    assert no_pca["epsilon_moments_with_pca"] == pytest.approx(alone)
+    assert by_point[("random", 4)]["epsilon_moments_with_pca"] == pytest.approx(alone)
+    with_pca = MomentsAccountant().compose(ComposedEvent([GaussianEvent(7.0), training]))
+    assert by_point[("pca", 2)]["epsilon_moments_with_pca"] == pytest.approx(
+        with_pca.get_epsilon(1e-5)
+    )
+    assert result["statements"]["none_h8_l20"]["projection"] == "none"
+    assert "dp_pca" in result["statements"]["dp_pca2_h8_l20"]
+
+
+def test_budget_mode_trains_until_the_target_epsilon() -> None:
+    config = SweepConfig(
+        profile="test",
+        reference_pca=4,
+        reference_hidden=8,
+        reference_lot=20,
+        pca_dims=(4,),
+        hidden_units=(),
+        lot_sizes=(),
+        epochs=None,
+        noise_multiplier=1.0,
+        pca_noise=20.0,
+        target_epsilon=3.0,
+    )
+    row = sweeps.run(config)["rows"][0]
+    assert 0 < row["epsilon_moments_with_pca"] <= 3.0
+    point = sweeps.point_config(config, "pca", 4)
+    one_more = ComposedEvent(
+        [
+            GaussianEvent(20.0),
+            dpsgd_event(sampling_probability=0.1, noise_multiplier=1.0, steps=row["steps"] + 1),
+        ]
+    )
+    assert MomentsAccountant().compose(one_more).get_epsilon(1e-5) > 3.0
+    assert point.projection == "dp_pca" and point.lot_size == 20
+
+
+def test_point_config_rejects_unknown_axis() -> None:
+    with pytest.raises(InvalidParameterError):
+        sweeps.point_config(TINY, "depth", 2)
+
+
+def test_compute_and_plot_write_results_and_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(common, "FIGURES", tmp_path)
+    monkeypatch.setattr(sweeps, "FIGURES", tmp_path)
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{sweeps.TABLE_START}\nold\n{sweeps.TABLE_END}\nrest\n")
+    monkeypatch.setattr(sweeps, "README", readme)
+    monkeypatch.setitem(sweeps.PROFILES, "test", TINY)
+    sweeps.compute("test")
+    sweeps.plot()
+    saved = json.loads((tmp_path / "abadi2016_sweeps.json").read_text())
+    assert len(saved["rows"]) == 9 and saved["config"]["epochs"] == 1
+    assert (tmp_path / "abadi2016_sweeps.png").stat().st_size > 0
+    statements = json.loads((tmp_path / "abadi2016_sweeps_privacy.json").read_text())
+    assert statements["dp_pca4_h8_l20"]["run"]["noise_multiplier"] == 4.0
+    text = readme.read_text()
+    assert "old" not in text and text.startswith("intro\n") and text.endswith("rest\n")
+    assert "NOT comparable" in text and "| lot size | 40 |" in text
