@@ -57,6 +57,22 @@ STEM = "abadi2016_mnist"
 README = Path(__file__).with_name("README.md")
 CHECKPOINTS = ROOT / "reproductions" / "checkpoints" / STEM
 TABLE_START, TABLE_END = "<!-- mnist-table:start -->", "<!-- mnist-table:end -->"
+
+
+def results_stem(profile: str) -> str:
+    """The quick profile saves under ``abadi2016_mnist``, the full one under ``..._full``.
+
+    Separate stems keep a (slow, once-run) full result beside the quick one that
+    ``nox -s reproduce`` regenerates; :func:`plot` draws whichever exist.
+    """
+    return STEM if profile == "quick" else f"{STEM}_{profile}"
+
+
+def _markers(profile: str) -> tuple[str, str]:
+    name = "mnist-table" if profile == "quick" else f"mnist-{profile}-table"
+    return f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+
+
 LEVELS = ("large", "medium", "small")
 
 PROFILES = {
@@ -245,7 +261,7 @@ def compute(profile: str = "quick") -> None:
     result = run(config, checkpoint_dir=checkpoint_dir)
     FIGURES.mkdir(parents=True, exist_ok=True)
     for name, statement in result["statements"].items():
-        path = FIGURES / f"{STEM}_{name}_privacy.json"
+        path = FIGURES / f"{results_stem(profile)}_{name}_privacy.json"
         path.write_text(json.dumps(statement, indent=2, sort_keys=True, default=str) + "\n")
     extra = {
         "seed": config.seed,
@@ -255,17 +271,25 @@ def compute(profile: str = "quick") -> None:
         "resumable": checkpoint_dir is not None,
         "summary": result["summary"],
     }
-    save_results(STEM, config=config, rows=result["rows"], extra=extra)
+    save_results(results_stem(profile), config=config, rows=result["rows"], extra=extra)
 
 
 def plot() -> None:
-    """figures/abadi2016_mnist_accuracy.png: test (and train) accuracy vs epoch per level."""
+    """``figures/<stem>_accuracy.png`` and the README table for each profile's saved results."""
+    for profile in PROFILES:
+        if (FIGURES / f"{results_stem(profile)}.json").is_file():
+            _plot_profile(profile)
+
+
+def _plot_profile(profile: str) -> None:
+    """Test (and train) accuracy vs epoch per noise level, from the saved JSON only."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    data = load_results(STEM)
+    stem = results_stem(profile)
+    data = load_results(stem)
     rows, config, summary = data["rows"], data["config"], data["summary"]
     baseline = summary["non-private"]["test_accuracy"]
     figure, axes = plt.subplots(1, 3, figsize=(12, 3.8), sharey=True)
@@ -290,9 +314,9 @@ def plot() -> None:
     axes[0].legend(fontsize=7, loc="lower right")
     figure.suptitle(f"Abadi et al. 2016 MNIST ({config['profile']} profile, delta = 1e-5)")
     figure.tight_layout()
-    figure.savefig(FIGURES / f"{STEM}_accuracy.png", dpi=150)
+    figure.savefig(FIGURES / f"{stem}_accuracy.png", dpi=150)
     plt.close(figure)
-    write_readme_table(data)
+    write_readme_table(data, profile)
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:
@@ -336,6 +360,7 @@ def readme_table(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_readme_table(data: dict[str, Any]) -> None:
-    """Replace the table between the README's markers (left alone if the markers are absent)."""
-    write_table(README, TABLE_START, TABLE_END, readme_table(data))
+def write_readme_table(data: dict[str, Any], profile: str = "quick") -> None:
+    """Replace the profile's table between its README markers (left alone if they are absent)."""
+    start, end = _markers(profile)
+    write_table(README, start, end, readme_table(data))
