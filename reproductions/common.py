@@ -40,6 +40,22 @@ def load_results(stem: str) -> dict[str, Any]:
     return json.loads((FIGURES / f"{stem}.json").read_text())
 
 
+def write_between_markers(readme: Path, start: str, end: str, table: str) -> bool:
+    """Replace the text between the ``start`` and ``end`` markers of ``readme`` by ``table``.
+
+    Returns False (and leaves the file alone) when the file or either marker is missing.
+    """
+    if not readme.is_file():
+        return False
+    text = readme.read_text()
+    if start not in text or end not in text:
+        return False
+    head, rest = text.split(start, 1)
+    tail = rest.split(end, 1)[1]
+    readme.write_text(f"{head}{start}\n{table}\n{end}{tail}")
+    return True
+
+
 def finite_or_none(value: float) -> float | None:
     """JSON has no infinity: an infinite epsilon is saved as null (plotted as missing)."""
     return None if value == float("inf") else float(value)

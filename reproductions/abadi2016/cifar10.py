@@ -41,7 +41,6 @@ from reproductions import common
 from reproductions.abadi2016.checkpoints import load_state, save_state
 from reproductions.abadi2016.cifar10_inputs import augment, evaluation_inputs
 from reproductions.abadi2016.mnist_core import EpochHook, epsilons, progress_bar
-from reproductions.abadi2016.report import write_table
 
 STEM = "abadi2016_cifar10"
 ENVIRONMENT = "DPCORE_CIFAR10_DIR"
@@ -384,4 +383,4 @@ def plot() -> None:
         plt.close(figure)
     else:
         figure_path.unlink(missing_ok=True)  # never leave a figure of an earlier run beside it
-    write_table(README, TABLE_START, TABLE_END, readme_table(data))
+    common.write_between_markers(README, TABLE_START, TABLE_END, readme_table(data))

@@ -48,8 +48,7 @@ from reproductions.abadi2016.mnist_core import (
     with_projection,
 )
 from reproductions.abadi2016.pca import dp_pca_directions
-from reproductions.abadi2016.report import write_table
-from reproductions.common import FIGURES, ROOT, load_results, save_results
+from reproductions.common import FIGURES, ROOT, load_results, save_results, write_between_markers
 
 __all__ = ["PROFILES", "MnistConfig", "compute", "learning_rate", "make_model", "plot", "run"]
 
@@ -363,4 +362,4 @@ def readme_table(data: dict[str, Any]) -> str:
 def write_readme_table(data: dict[str, Any], profile: str = "quick") -> None:
     """Replace the profile's table between its README markers (left alone if they are absent)."""
     start, end = _markers(profile)
-    write_table(README, start, end, readme_table(data))
+    write_between_markers(README, start, end, readme_table(data))

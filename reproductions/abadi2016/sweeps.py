@@ -35,8 +35,7 @@ from reproductions.abadi2016.mnist_core import (
     steps_within_budget,
     train_private,
 )
-from reproductions.abadi2016.report import write_table
-from reproductions.common import FIGURES, ROOT, load_results, save_results
+from reproductions.common import FIGURES, ROOT, load_results, save_results, write_between_markers
 
 STEM = "abadi2016_sweeps"
 README = Path(__file__).with_name("README.md")
@@ -304,4 +303,4 @@ def readme_table(data: dict[str, Any]) -> str:
 
 def write_readme_table(data: dict[str, Any]) -> None:
     """Replace the table between the README's sweep markers (left alone if they are absent)."""
-    write_table(README, TABLE_START, TABLE_END, readme_table(data))
+    write_between_markers(README, TABLE_START, TABLE_END, readme_table(data))

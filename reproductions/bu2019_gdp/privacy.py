@@ -38,7 +38,13 @@ from dpcore.events import DpEvent, dpsgd_event
 from dpcore.tradeoff import GaussianTradeoff
 from reproductions.bu2019_gdp import tradeoff_curves
 from reproductions.bu2019_gdp.settings import SETTINGS, Setting
-from reproductions.common import FIGURES, finite_or_none, load_results, save_results
+from reproductions.common import (
+    FIGURES,
+    finite_or_none,
+    load_results,
+    save_results,
+    write_between_markers,
+)
 
 STEM = "bu2019_privacy"
 README = Path(__file__).with_name("README.md")
@@ -355,11 +361,4 @@ def readme_table(data: dict[str, Any]) -> str:
 
 def write_readme_table(data: dict[str, Any]) -> None:
     """Replace the table between the README's markers (left alone if they are absent)."""
-    if not README.is_file():
-        return
-    text = README.read_text()
-    if TABLE_START not in text or TABLE_END not in text:
-        return
-    head, rest = text.split(TABLE_START, 1)
-    tail = rest.split(TABLE_END, 1)[1]
-    README.write_text(f"{head}{TABLE_START}\n{readme_table(data)}\n{TABLE_END}{tail}")
+    write_between_markers(README, TABLE_START, TABLE_END, readme_table(data))

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from reproductions.common import FIGURES, load_results
+from reproductions.common import FIGURES, load_results, write_between_markers
 
 STEM = "bu2019_training"
 README = Path(__file__).with_name("README.md")
@@ -139,16 +139,3 @@ def readme_table(data: dict[str, Any]) -> str:
                 f"| {s['delta']:g} | {', '.join(s['assumed']) or '-'} |"
             )
     return "\n".join(lines)
-
-
-def write_between_markers(readme: Path, start: str, end: str, table: str) -> bool:
-    """Replace the text between ``start`` and ``end`` in ``readme``; no-op if either is absent."""
-    if not readme.is_file():
-        return False
-    text = readme.read_text()
-    if start not in text or end not in text:
-        return False
-    head, rest = text.split(start, 1)
-    tail = rest.split(end, 1)[1]
-    readme.write_text(f"{head}{start}\n{table}\n{end}{tail}")
-    return True

@@ -50,7 +50,13 @@ from dpcore.torch.training import DPTrainer
 from dpcore.torch.training import accuracy as batch_accuracy
 from reproductions.bu2021_jl.config import CHECKPOINTS as CHECKPOINT_ROOT
 from reproductions.bu2021_jl.config import DELTA, MNIST_TRAIN_SIZE, README
-from reproductions.common import FIGURES, finite_or_none, load_results, save_results
+from reproductions.common import (
+    FIGURES,
+    finite_or_none,
+    load_results,
+    save_results,
+    write_between_markers,
+)
 
 STEM = "bu2021_jl_accuracy"
 CHECKPOINTS = CHECKPOINT_ROOT / STEM
@@ -514,16 +520,3 @@ def readme_table(data: dict[str, Any]) -> str:
             f"| {fmt_interval(item['privacy']['paper_schedule'])} | {speed['mean']:.3f} |"
         )
     return "\n".join(lines)
-
-
-def write_between_markers(readme: Path, start: str, end: str, table: str) -> bool:
-    """Replace the text between ``start`` and ``end`` in ``readme``; no-op if either is absent."""
-    if not readme.is_file():
-        return False
-    text = readme.read_text()
-    if start not in text or end not in text:
-        return False
-    head, rest = text.split(start, 1)
-    tail = rest.split(end, 1)[1]
-    readme.write_text(f"{head}{start}\n{table}\n{end}{tail}")
-    return True

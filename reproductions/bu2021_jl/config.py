@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from dpcore.errors import InvalidParameterError
+from reproductions.common import write_between_markers
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKPOINTS = ROOT / "reproductions" / "checkpoints"
@@ -83,17 +84,5 @@ def steps_for_epochs(
 
 
 def replace_between(path: Path, name: str, body: str) -> bool:
-    """Replace the text between ``<!-- name:start -->`` and ``<!-- name:end -->`` in ``path``.
-
-    Returns False (and leaves the file alone) when the file or either marker is missing.
-    """
-    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
-    if not path.is_file():
-        return False
-    text = path.read_text()
-    if start not in text or end not in text:
-        return False
-    head, rest = text.split(start, 1)
-    tail = rest.split(end, 1)[1]
-    path.write_text(f"{head}{start}\n{body}\n{end}{tail}")
-    return True
+    """Replace the text between ``<!-- name:start -->`` and ``<!-- name:end -->`` in ``path``."""
+    return write_between_markers(path, f"<!-- {name}:start -->", f"<!-- {name}:end -->", body)

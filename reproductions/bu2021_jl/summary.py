@@ -40,9 +40,8 @@ from reproductions.bu2021_jl.accuracy import (
     method_privacy,
     run_training,
     step_event,
-    write_between_markers,
 )
-from reproductions.common import FIGURES, load_results, save_results
+from reproductions.common import FIGURES, load_results, save_results, write_between_markers
 
 STEM = "bu2021_jl_summary"
 SPEED_STEM = "bu2021_jl_speed"

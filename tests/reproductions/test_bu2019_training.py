@@ -262,9 +262,9 @@ def test_compute_and_plot_end_to_end(sandbox: Path) -> None:
 def test_readme_left_alone_without_markers(tmp_path: Path) -> None:
     readme = tmp_path / "README.md"
     readme.write_text("no markers\n")
-    assert not training_report.write_between_markers(readme, "<!-- a -->", "<!-- b -->", "t")
+    assert not common.write_between_markers(readme, "<!-- a -->", "<!-- b -->", "t")
     assert readme.read_text() == "no markers\n"
-    assert not training_report.write_between_markers(tmp_path / "absent.md", "a", "b", "t")
+    assert not common.write_between_markers(tmp_path / "absent.md", "a", "b", "t")
 
 
 class _InterruptedError(Exception):

@@ -104,9 +104,9 @@ def test_compute_and_plot_end_to_end(sandbox: Path) -> None:
 def test_readme_left_alone_without_markers(tmp_path: Path) -> None:
     readme = tmp_path / "README.md"
     readme.write_text("no markers here\n")
-    assert not accuracy.write_between_markers(readme, "<!-- a -->", "<!-- b -->", "table")
+    assert not common.write_between_markers(readme, "<!-- a -->", "<!-- b -->", "table")
     assert readme.read_text() == "no markers here\n"
-    assert not accuracy.write_between_markers(tmp_path / "absent.md", "a", "b", "table")
+    assert not common.write_between_markers(tmp_path / "absent.md", "a", "b", "table")
 
 
 class _InterruptedError(Exception):
