@@ -25,8 +25,9 @@ One *step* is a full optimizer step on the lot:
   with ``"error"`` and null timings.
 
 Every (model, method) cell runs in its own Python process (``python -m bench.training --worker``),
-so ``peak_rss_mb`` (``ru_maxrss``) is that method's own peak; ``baseline_rss_mb`` is the same
-counter just before the first step (interpreter, torch, model, data). Each process uses
+so ``peak_rss_mb`` (``VmHWM``, see :func:`peak_rss_mb`) is that method's own peak;
+``baseline_rss_mb`` is the same counter just before the first step (interpreter, torch, model,
+data). Each process uses
 ``torch.set_num_threads(threads)`` (1 by default) and ``torch.set_flush_denormal(True)``: the
 LSTM backward on CPU is ~3x slower on denormal floats, so every method gets the flag alike. Warm-up
 steps are excluded; ``step_seconds`` is the median of the timed steps. ``ratio_to_nonprivate``
@@ -250,7 +251,20 @@ def _opacus_step(
     return opacus
 
 
-def _peak_rss_mb() -> float:
+def peak_rss_mb() -> float:
+    """This process's peak resident set in MiB: ``VmHWM`` from ``/proc/self/status``.
+
+    Not ``ru_maxrss``: Linux carries that counter across ``execve`` from the pre-exec image, so
+    a worker started by a large parent (e.g. ``python -m reproductions`` after training) would
+    report the parent's size. ``ru_maxrss`` is the fallback where ``/proc`` is absent.
+    """
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0  # kB
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
 
 
@@ -297,7 +311,7 @@ def measure(
         else:
             model, step = build(cell, where)
         row["parameters"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        row["baseline_rss_mb"] = _peak_rss_mb()
+        row["baseline_rss_mb"] = peak_rss_mb()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             warm = []
@@ -328,7 +342,7 @@ def measure(
     except Exception as error:  # recorded, not raised: one failing method must not stop the run
         row["error"] = f"{type(error).__name__}: {error}"[:2000]
         row["step_seconds"] = row["step_seconds_all"] = None
-    row["peak_rss_mb"] = _peak_rss_mb()
+    row["peak_rss_mb"] = peak_rss_mb()
     return row
 
 
@@ -524,7 +538,7 @@ def run(
         notes=[
             "torch.set_flush_denormal(True) in every worker, for every method alike: LSTM "
             "backward on CPU is ~3x slower on denormal floats without it.",
-            "Each (model, method) cell runs in its own process; peak_rss_mb is its ru_maxrss.",
+            "Each (model, method) cell runs in its own process; peak_rss_mb is its VmHWM.",
             "dpsgd_vmap on imdb_lstm uses nn.LSTM (vmap needs float32 and oneDNN on); dpsgd_jl "
             "uses nn.LSTM too (JLEngine turns oneDNN off only around its jvp projections).",
         ],

@@ -13,9 +13,9 @@ For each method, lots ``2**k`` for k = 10, 11, ... run one at a time, each in a 
 data of the right shape. The parent polls the worker's resident set (``VmRSS`` in
 ``/proc/<pid>/status``) every 50 ms and kills it (SIGKILL) as soon as it passes the cap (8192 MiB):
 ``RLIMIT_AS`` is not used, since torch reserves far more virtual memory than it touches. A lot
-whose worker was killed, or whose own ``ru_maxrss`` ended above the cap (a spike between two
+whose worker was killed, or whose own peak (``VmHWM``) ended above the cap (a spike between two
 polls), is ``exceeded_cap: true`` with ``peak_rss_mb: null``; otherwise ``peak_rss_mb`` is the
-worker's ``ru_maxrss`` after both steps (it includes the interpreter, torch and the data, ~0.3 GiB
+worker's ``VmHWM`` after both steps (it includes the interpreter, torch and the data, ~0.3 GiB
 at small lots) and ``polled_rss_mb`` the largest ``VmRSS`` the parent saw.
 
 A method's sweep stops at the first lot that exceeds the cap, fails (an out-of-memory error or any
@@ -36,7 +36,6 @@ import argparse
 import dataclasses
 import datetime
 import json
-import resource
 import subprocess
 import sys
 import tempfile
@@ -71,10 +70,6 @@ _OOM_MARKERS = ("can't allocate memory", "out of memory", "MemoryError", "std::b
 
 
 # ----------------------------------------------------------------------------- worker side
-
-
-def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
 
 
 def measure(
@@ -113,7 +108,7 @@ def measure(
             step = training._step_function(cell, model, inputs, targets, batch_size)
         else:
             model, step = build(cell, batch_size, device)
-        row["baseline_rss_mb"] = _peak_rss_mb()
+        row["baseline_rss_mb"] = training.peak_rss_mb()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             start = time.perf_counter()
@@ -131,7 +126,7 @@ def measure(
                 row["step_seconds"] = time.perf_counter() - start
     except (Exception, MemoryError) as error:  # recorded: the parent decides what it means
         row["error"] = f"{type(error).__name__}: {error}"[:2000]
-    row["peak_rss_mb"] = _peak_rss_mb()
+    row["peak_rss_mb"] = training.peak_rss_mb()
     if cuda:
         row["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
     return row
@@ -384,7 +379,7 @@ def run(
         },
         notes=[
             "Memory is host RSS on CPU: the parent polls VmRSS every 50 ms and kills a worker "
-            "above the cap; peak_rss_mb is the worker's ru_maxrss (includes ~0.3 GiB of "
+            "above the cap; peak_rss_mb is the worker's VmHWM (includes ~0.3 GiB of "
             "interpreter, torch and data at small lots).",
             "largest_lot_under_cap is a power of two; with lower_bound_only the sweep ended for "
             "time (or the largest lot tried), not memory.",

@@ -114,3 +114,24 @@ def test_readme_table_from_saved_results() -> None:
     assert "| non-private SGD | >= 8,192 | 1 | 700 |" in table
     assert "| DP-SGD, exact (fast engine) | 4,096 | 0.5 | 700 |" in table
     assert "| DP-SGD-JL, r = 30 | < 1,024 | - | - |" in table
+
+
+def test_worker_peak_memory_is_its_own_not_the_parents() -> None:
+    """Linux carries ru_maxrss across execve; the worker's peak must not include its parent's."""
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from bench.training import ROOT
+
+    ballast = np.ones(80_000_000)  # 640 MB resident in this (parent) process
+    child = subprocess.run(
+        [sys.executable, "-c", "from bench.training import peak_rss_mb; print(peak_rss_mb())"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert ballast.sum() > 0
+    assert float(child.stdout.split()[-1]) < 500.0
