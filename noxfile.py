@@ -78,3 +78,13 @@ def reproduce(session: nox.Session) -> None:
     """Regenerate every figure in figures/ (data beside each) from scratch."""
     _install(session, extras="[torch,plot,progress]")
     session.run("python", "-m", "reproductions", *session.posargs)
+
+
+@nox.session(python="3.11")
+def tfprivacy(session: nox.Session) -> None:
+    """Time TF Privacy's vanilla DP-Adam on the IMDb model (own venv: TF 2.15 + TF Privacy 0.9)."""
+    # dpcore without its torch extra: the IMDb loaders and provenance need only numpy and scipy.
+    session.install(
+        "-c", "constraints/tf-privacy.txt", "tensorflow", "tensorflow-privacy", "-e", ".[progress]"
+    )
+    session.run("python", "-m", "reproductions.bu2021_jl.tf_privacy_baseline", *session.posargs)

@@ -369,6 +369,7 @@ def _label(row: dict[str, Any]) -> str:
         "dp_adam_exact": "DP-Adam, exact (fast engine)",
         "keras_nonprivate": "Keras non-private Adam",
         "tf_privacy_vanilla": "TF Privacy vanilla DP-Adam",
+        "tf_privacy_vectorized": "TF Privacy 0.9 vectorized DP-Adam (extra row)",
     }
     if row["method"] == "dp_adam_jl":
         return f"DP-Adam-JL, r = {row['r']}"
