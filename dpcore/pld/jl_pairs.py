@@ -21,7 +21,8 @@ Each step is discretised on cells of the outcome y (cells chosen so that their l
 one grid cell), whose P- and Q-masses are exact mixture distribution functions. The pessimistic
 grid splits each cell's masses onto the grid losses bracketing the cell's whole loss range
 (connect-the-dots, Doroshenko et al. 2022, Thm 4.3, on a possibly wider bracket); the optimistic
-grid merges each cell into one atom and garbles it onto the grid.
+grid merges each cell into one atom and garbles it onto the grid (a cell whose Q-mass
+underflows keeps a finite loss, the top of the grid: every true loss is finite).
 
 Assumption, as in the paper's analysis: the differing example's estimate X is independent of
 what the output reveals about the other examples' clip factors (they share the directions).
@@ -29,6 +30,7 @@ what the output reveals about the other examples' clip factors (they share the d
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -63,8 +65,9 @@ def jl_shift_mixture(
     """Discretised law of the worst-case shift ``S = sqrt(r / X)``, X ~ chi^2_r (units of C).
 
     Returns ``(shifts, weights, unbounded)``: finite shifts with their probabilities, and the
-    probability left at an unbounded shift (``1e-30`` when pessimistic, 0 otherwise). The
-    pessimistic law is stochastically larger than the true one, the optimistic one smaller.
+    probability left at an unbounded shift (the first bin, 1e-13, when pessimistic; 0
+    otherwise). The pessimistic law is stochastically larger than the true one, the optimistic
+    one smaller; refining the edges (splitting bins) moves both towards the true law.
     """
     r = jl_dimension
     edges = _probability_edges(bins)
@@ -193,7 +196,10 @@ class JLStepPair:
 
         Up to ``y_bulk`` the points sit near the outcomes whose remove-loss is a grid loss, so
         most cells span one grid cell; beyond it (mass < 1e-10) 2000 geometric cells up to
-        ``y_far`` keep the cost bounded at the price of wider (still valid) brackets.
+        ``y_far`` keep the cost bounded at the price of wider (still valid) brackets. When the
+        budget of :data:`_MAX_BULK_CELLS` ends below ``y_bulk`` (heavy tails, small r), the
+        geometric cells start there instead: one cell reaching from that loss to ``y_bulk``
+        would hold much more than 1e-10 of mass and be merged into one loss.
         """
         table_y = self._table()
         table_l = np.maximum.accumulate(self._loss(table_y))
@@ -202,7 +208,10 @@ class JLStepPair:
         top = min(math.ceil(bulk_loss / h), math.floor(remove_low / h) + _MAX_BULK_CELLS)
         grid = np.arange(math.floor(remove_low / h), top + 1) * h
         points = np.interp(grid, table_l, table_y)
-        tail = np.geomspace(max(self.y_bulk, 1e-3), max(self.y_far, self.y_bulk * 1.001), 2000)
+        # The geometric cells start where the one-grid-cell-wide ones stop: at y_bulk, or
+        # earlier when the cell budget runs out, so that no single cell spans the gap between.
+        start = max(min(self.y_bulk, float(points[-1])), 1e-3)
+        tail = np.geomspace(start, max(self.y_far, start * 1.001), 2000)
         return np.unique(np.concatenate([points, tail, [table_y[0], self.y_far]]))
 
     def _cells(self, h: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]:
@@ -246,7 +255,10 @@ class JLStepPair:
             grid_spacing=h,
             min_index=lo,
             max_index=hi,
+            finite_losses=True,  # cells whose Q-mass underflows still have finite losses
         )
+        if infinity == 0.0:  # no outcome reveals the example: drop P-mass that underflowed
+            pmf = dataclasses.replace(pmf, infinity_mass=0.0)
         return pmf
 
 

@@ -6,8 +6,10 @@ accountant); the JL mechanism tends to DP-SGD as r grows since sqrt(r / X) -> 1 
 
 from __future__ import annotations
 
+import itertools
 import math
 
+import numpy as np
 import pytest
 
 from dpcore.accountants import JlAccountant, PldAccountant, RdpAccountant
@@ -19,6 +21,7 @@ from dpcore.events import (
     SelfComposedEvent,
     dpsgd_event,
 )
+from dpcore.pld import jl_pairs
 
 Q, SIGMA, STEPS, DELTA = 0.01, 1.0, 1000, 1e-5
 
@@ -77,3 +80,50 @@ def test_noiseless_jl_is_not_private_and_nothing_costs_nothing() -> None:
 def test_bad_configuration(kwargs: dict[str, float], parameter: str) -> None:
     with pytest.raises(InvalidParameterError, match=f"Expected {parameter}"):
         JlAccountant(**kwargs)  # type: ignore[arg-type]
+
+
+def _nested_edges(edges: np.ndarray) -> np.ndarray:
+    """Split every probability bin in two (geometric midpoints in the log-spaced tail)."""
+    left, right = edges[:-1], edges[1:]
+    middle = np.where(right <= 0.05, np.sqrt(np.maximum(left, 1e-300) * right), (left + right) / 2)
+    middle[0] = right[0] / 2
+    return np.unique(np.concatenate([edges, middle]))
+
+
+@pytest.mark.parametrize(
+    ("q", "sigma", "r"),
+    [(256 / 60_000, 1.1, 1), (0.01, 1.0, 10)],
+)
+def test_nested_bin_refinement_narrows_the_interval(
+    q: float, sigma: float, r: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Splitting shift bins can only raise the lower end and lower the upper end.
+
+    Each split bin's smallest shift grows and its largest shrinks, so the refined optimistic pair
+    dominates the coarse one and the refined pessimistic pair is dominated by the coarse one.
+    A 3,000-cell budget keeps it fast and puts the heavy r = 1 tail on the geometric cells.
+    """
+    monkeypatch.setattr(jl_pairs, "_MAX_BULK_CELLS", 3_000)
+    edges = jl_pairs._probability_edges(16)
+    intervals = []
+    for _ in range(3):
+        monkeypatch.setattr(jl_pairs, "_probability_edges", lambda bins, e=edges: e)
+        step = PoissonSampledEvent(q, JLGaussianEvent(sigma, r))
+        accountant = JlAccountant(grid_spacing=1e-2).compose(step, 100)
+        intervals.append(accountant.get_epsilon_interval(DELTA))
+        edges = _nested_edges(edges)
+    for coarse, fine in itertools.pairwise(intervals):
+        assert coarse.lower <= fine.lower * (1 + 1e-9)
+        assert fine.upper <= coarse.upper * (1 + 1e-9)
+        assert fine.lower <= fine.upper
+
+
+def test_lower_end_is_finite_when_every_loss_is() -> None:
+    """Every privacy loss of a JL step is finite (Q = N(0, s^2) has full support), so the true
+    epsilon is finite and so must be the certified lower end, even where the upper end is
+    infinite (r = 3 has heavy tails: shifts beyond the top of the loss grid, 700)."""
+    step = PoissonSampledEvent(Q, JLGaussianEvent(SIGMA, 3))
+    interval = (
+        JlAccountant(grid_spacing=1e-2, bins=16).compose(step, 100).get_epsilon_interval(DELTA)
+    )
+    assert math.isfinite(interval.lower) and interval.lower <= interval.upper
