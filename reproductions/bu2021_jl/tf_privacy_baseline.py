@@ -1,36 +1,34 @@
 """Bu et al. 2021, Table 2 baseline: TF Privacy's DP-Adam on the IMDb LSTM, timed on our machine.
 
 The paper (arXiv 2102.03013, §5, Table 2; one Tesla P100) reports 12 s per IMDb epoch for
-non-private Adam and 19,317 s for the "vanilla" DP-Adam of TF Privacy, the baseline its
-DP-Adam-JL is compared with. This module times the same pair with TensorFlow on our hardware so
-that :mod:`reproductions.bu2021_jl.speed` can show it beside dpcore's rows.
+non-private Adam and 19,317 s for the "vanilla" DP-Adam of TF Privacy, the baseline of its
+DP-Adam-JL. This module times the pair with TensorFlow on our hardware for
+:mod:`reproductions.bu2021_jl.speed`. Run it with ``nox -s tfprivacy`` (its own environment:
+TensorFlow 2.15, TF Privacy 0.9); TensorFlow is imported only inside functions.
 
-Model (the paper's §5: "the same single-layer bidirectional LSTM as in the TensorFlow tutorial"):
-``Embedding(8000, 64) -> Bidirectional(LSTM(64)) -> Dense(64, relu) -> Dense(1)`` on reviews of
-150 token ids from :func:`dpcore.data.text.imdb_sequences`, logistic loss on the logit. Keras
-counts 586,369 parameters (one bias per LSTM gate; torch's ``nn.LSTM`` copy in
-:func:`dpcore.torch.models.imdb_lstm` has 586,881 because it keeps two). The tutorial's
-``imdb_reviews/subwords8k`` vocabulary has 8,185 entries, which gives 598,209 parameters; we use
-our word vocabulary of 8,000 (*assumption*: the paper says "8k vocabulary").
+Model (§5: "the same single-layer bidirectional LSTM as in the [TensorFlow] tutorial", "8k
+vocabulary"): ``Embedding(8000, 64) -> Bidirectional(LSTM(64)) -> Dense(64, relu) -> Dense(1)``
+on 150 token ids from :func:`dpcore.data.text.imdb_sequences`, logistic loss. Keras counts
+586,369 parameters (torch's ``nn.LSTM`` in :func:`dpcore.torch.models.imdb_lstm` has 586,881: two
+biases per gate). The tutorial's ``imdb_reviews/subwords8k`` vocabulary of 8,185 sub-words gives
+598,209; our 8,000 words are an *assumption*. No masking of the padding (as in our torch model).
 
-Methods, each on lots of exactly 256 reviews (Adam, learning rate 1e-3, one compiled
-``tf.function`` step per lot):
+Methods, on lots of exactly 256 reviews, Adam with learning rate 1e-3, one ``tf.function`` step:
 
-- ``keras_nonprivate``: Keras Adam (``tf.keras.optimizers.legacy.Adam``, the class TF Privacy
-  derives from), mean loss over the lot;
-- ``tf_privacy_vanilla``: ``tensorflow_privacy.DPKerasAdamOptimizer`` with ``l2_norm_clip`` 1,
-  ``noise_multiplier`` 1 and ``num_microbatches`` = 256 (one microbatch per example). In TF
-  Privacy 0.9.0 its per-example gradients are one ``tape.jacobian`` of the 256 losses; the
-  clipping then loops over the examples in a ``tf.while_loop``. The paper-era class (early 2021)
-  computed the same Jacobian and clipped with ``tf.map_fn``;
-- ``tf_privacy_vectorized``: ``VectorizedDPKerasAdamOptimizer`` (same Jacobian, clipping with
-  ``tf.vectorized_map``), an extra row: the paper's baseline is the non-vectorized class.
+- ``keras_nonprivate``: ``tf.keras.optimizers.legacy.Adam`` (TF Privacy's base class), mean loss;
+- ``tf_privacy_vanilla``: ``tensorflow_privacy.DPKerasAdamOptimizer``, ``l2_norm_clip`` 1,
+  ``noise_multiplier`` 1, ``num_microbatches`` 256 (one per example). Its per-example gradients
+  are one ``tape.jacobian`` of the 256 losses (vectorised by ``pfor``: the backward pass of the
+  whole lot once per example, so time and memory grow about like L^2), then a ``tf.while_loop``
+  clips and sums them. The class of early 2021 clipped with ``tf.map_fn`` after the same Jacobian;
+- ``tf_privacy_vectorized``: ``VectorizedDPKerasAdamOptimizer`` (same Jacobian, clipping by
+  ``tf.vectorized_map``), an extra row: the paper's baseline is the class above.
 
-Warm-up lots (tracing and graph building) are not timed. ``seconds_per_step`` is the median of
-the timed lots; ``seconds_per_epoch`` is that median times ``ceil(25,000 / 256) = 98`` lots
-(``extrapolated: true``), or the measured sum when a whole epoch was timed. Run it with
-``nox -s tfprivacy`` (its own environment with TensorFlow 2.15 and TF Privacy 0.9; TensorFlow is
-imported only inside the timing functions, so the module imports without it).
+Each method runs in its own process. Warm-up lots (tracing) are not timed; ``seconds_per_step``
+is the median timed lot and ``seconds_per_epoch`` that median times ``ceil(25,000 / 256) = 98``
+(``extrapolated``), or the measured sum when a whole epoch was timed. The vanilla optimizer is
+also timed at smaller lots (``lot_scaling``). On CPU it needs about 23 GiB at a lot of 256: on a
+24 GiB machine its worker can be killed for memory, which is saved under ``errors``.
 """
 
 from __future__ import annotations
@@ -88,6 +86,8 @@ class TfPrivacyConfig:
     dp_lots: int = 2
     #: Also time ``VectorizedDPKerasAdamOptimizer`` (an extra row).
     vectorized: bool = True
+    #: Smaller lots at which the vanilla optimizer is also timed (how its cost grows with L).
+    scaling_lots: tuple[int, ...] = (32, 64)
     #: TensorFlow intra- and inter-op threads; 0: every core.
     threads: int = 0
     seed: int = 0
@@ -96,7 +96,13 @@ class TfPrivacyConfig:
 PROFILES = {
     "quick": TfPrivacyConfig(),
     # non-private: one whole epoch timed; DP: 10 lots after 1 warm-up (an epoch takes hours).
-    "full": TfPrivacyConfig(profile="full", nonprivate_warmup=3, nonprivate_lots=98, dp_lots=10),
+    "full": TfPrivacyConfig(
+        profile="full",
+        nonprivate_warmup=3,
+        nonprivate_lots=98,
+        dp_lots=10,
+        scaling_lots=(32, 64, 128),
+    ),
 }
 
 
@@ -170,14 +176,21 @@ def configure_tensorflow(threads: int) -> dict[str, Any]:
     }
 
 
-def _cpu_name() -> str:
+def _proc(path: str, key: str) -> str | None:
+    """The value of ``key`` in a ``/proc`` file such as ``/proc/meminfo`` (Linux); else None."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(key):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return None
+
+
+def _cpu_name() -> str:
+    memory = _proc("/proc/meminfo", "MemTotal")  # e.g. "24683464 kB"
+    ram = f", {int(memory.split()[0]) / 2**20:.1f} GiB RAM" if memory else ""
+    return (_proc("/proc/cpuinfo", "model name") or platform.machine()) + ram
 
 
 def build_model(config: TfPrivacyConfig) -> Any:
@@ -283,7 +296,7 @@ def _checkpoint(config: TfPrivacyConfig, method: str, tensorflow: str) -> Path:
     The numbers of lots are left out of the key, so a run asked for more lots extends the last.
     """
     fields = {**dataclasses.asdict(config), "tensorflow": tensorflow}
-    for name in ("nonprivate_lots", "dp_lots", "vectorized"):
+    for name in ("nonprivate_lots", "dp_lots", "vectorized", "scaling_lots"):
         fields.pop(name)
     digest = hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:10]
     return CHECKPOINT_DIR / f"{method}_{digest}.json"
@@ -334,11 +347,8 @@ def measure(
 
 def _peak_rss_mb() -> float | None:
     """This process's peak resident memory (``VmHWM``, Linux), in MiB."""
-    status = Path("/proc/self/status")
-    for line in status.read_text().splitlines() if status.is_file() else []:
-        if line.startswith("VmHWM:"):
-            return round(int(line.split()[1]) / 1024, 1)
-    return None
+    peak = _proc("/proc/self/status", "VmHWM")  # e.g. "1234 kB"
+    return None if peak is None else round(int(peak.split()[0]) / 1024, 1)
 
 
 def worker(
@@ -365,8 +375,8 @@ def run_worker(
 ) -> dict[str, Any]:
     """:func:`worker` in a child process, so that each optimizer starts on an empty heap.
 
-    TF Privacy's per-example Jacobian of this LSTM peaks at about 23 GiB at a lot of 256 (on
-    CPU); separate processes keep one method's graphs from adding to the next one's.
+    At a lot of 256 the vanilla optimizer's worker peaks above 22.7 GiB and the vectorized one's
+    at about 16.5 GiB (CPU); in one process the second would start on top of the first's heap.
     """
     out = data_path.with_name(f"{method}.json")
     command = [sys.executable, "-m", MODULE, "--worker", method, "--data", str(data_path)]
@@ -388,13 +398,42 @@ def _version(package: str) -> str | None:
         return None
 
 
+def lot_exponent(points: Sequence[tuple[int, float]]) -> float | None:
+    """Least-squares ``b`` of ``seconds = a * lot ** b`` (log-log line); None below two lots.
+
+    Example:
+        >>> lot_exponent([(32, 1.0), (64, 4.0), (128, 16.0)])
+        2.0
+    """
+    if len({lot for lot, _ in points}) < 2:
+        return None
+    logs = np.log(np.asarray(points, dtype=float))
+    return round(float(np.polyfit(logs[:, 0], logs[:, 1], 1)[0]), 3)
+
+
+def _attempt(
+    method: str, config: TfPrivacyConfig, data: Path, checkpoint: Path | None, extra: dict, key: str
+) -> list[float] | None:
+    """One worker's timed lots, its environment and memory into ``extra``; None if it failed."""
+    try:
+        result = run_worker(method, config, data, checkpoint)
+    except Exception as error:  # a failed optimizer is reported, not fatal
+        extra["errors"][key] = f"{type(error).__name__}: {error}"[:2000]
+        print(f"{key} failed: {extra['errors'][key]}")
+        return None
+    extra.update(result["environment"], parameters=result["parameters"])
+    extra["peak_rss_mb"][key] = result["peak_rss_mb"]
+    return list(result["step_seconds"])
+
+
 def compute(profile: str = "quick", *, lots: int | None = None, threads: int | None = None) -> Path:
     """Time every method and save ``figures/bu2021_jl_tf_privacy.{json,csv}``; returns the JSON.
 
     ``lots`` overrides the profile's timed lots per TF Privacy optimizer, ``threads`` its
     TensorFlow threads (0: every core). The file is rewritten after each method; a failing
-    method is left out of the rows, its error kept under ``errors``. The full profile resumes
-    from its checkpoints.
+    method is left out of the rows, its error kept under ``errors``. The vanilla optimizer is
+    also timed at ``scaling_lots`` (``lot_scaling``: seconds per lot and peak memory by lot
+    size, and the fitted exponent). The full profile resumes from its checkpoints.
     """
     if profile not in PROFILES:
         raise InvalidParameterError("profile", f"one of {sorted(PROFILES)}", profile)
@@ -415,40 +454,56 @@ def compute(profile: str = "quick", *, lots: int | None = None, threads: int | N
         "tensorflow_privacy": _version("tensorflow-privacy"),
         "errors": {},
         "peak_rss_mb": {},
+        "lot_scaling": {"method": "tf_privacy_vanilla", "points": [], "exponent": None},
         "paper_seconds_per_epoch": {
             "keras_nonprivate": paper.PAPER_SECONDS_PER_EPOCH["nonprivate"],
             "tf_privacy_vanilla": paper.PAPER_SECONDS_PER_EPOCH["tf_privacy_vanilla"],
         },
         "paper_hardware": paper.PAPER_HARDWARE,
     }
+    scaling = extra["lot_scaling"]
     rows: list[dict[str, Any]] = []
+
+    def save() -> Path:
+        points = [(point["lot_size"], point["seconds_per_step"]) for point in scaling["points"]]
+        scaling["exponent"] = lot_exponent(points)
+        extra["wall_time_s"] = round(time.perf_counter() - start, 1)
+        return save_results(STEM, config=config, rows=rows, extra=extra)
+
+    def add_point(lot: int, seconds: list[float], key: str) -> None:
+        median = float(statistics.median(seconds))
+        peak = extra["peak_rss_mb"].get(key)
+        scaling["points"].append({"lot_size": lot, "seconds_per_step": median, "peak_rss_mb": peak})
+
     with tempfile.TemporaryDirectory() as scratch:
-        data_path = Path(scratch) / "imdb_train.npz"
+        data = Path(scratch) / "imdb_train.npz"
         x, y = load_data(config)
-        np.savez(data_path, x=x, y=y)
+        np.savez(data, x=x, y=y)
+        for lot in config.scaling_lots:
+            key = f"tf_privacy_vanilla@{lot}"
+            small = dataclasses.replace(config, lot_size=lot)
+            if (
+                seconds := _attempt("tf_privacy_vanilla", small, data, None, extra, key)
+            ) is not None:
+                add_point(lot, seconds, key)
+                save()
         for method in (m for m in METHODS if config.vectorized or m != "tf_privacy_vectorized"):
             checkpoint = _checkpoint(config, method, tensorflow) if profile == "full" else None
             seconds = _stored(checkpoint)[: _wanted(method, config)]
             if len(seconds) < _wanted(method, config):
-                try:
-                    result = run_worker(method, config, data_path, checkpoint)
-                except Exception as error:  # a failed optimizer is reported, not fatal
-                    extra["errors"][method] = f"{type(error).__name__}: {error}"[:2000]
-                    print(f"{method} failed: {extra['errors'][method]}")
-                    continue
-                seconds = result["step_seconds"]
-                extra.update(result["environment"], parameters=result["parameters"])
-                extra["peak_rss_mb"][method] = result["peak_rss_mb"]
+                seconds = _attempt(method, config, data, checkpoint, extra, method) or []
+            if not seconds:
+                continue
             rows.append(row := summarize(method, seconds, per_epoch))
+            if method == "tf_privacy_vanilla":
+                add_point(config.lot_size, seconds, method)
             how = "extrapolated from" if row["extrapolated"] else "measured over"
             print(
                 f"{method}: {row['seconds_per_step']:.3f} s per lot, "
                 f"{row['seconds_per_epoch']:,.1f} s per epoch ({how} {row['timed_steps']} lots)"
             )
-            extra["wall_time_s"] = round(time.perf_counter() - start, 1)
-            save_results(STEM, config=config, rows=rows, extra=extra)
-    extra["wall_time_s"] = round(time.perf_counter() - start, 1)
-    return save_results(STEM, config=config, rows=rows, extra=extra)
+            save()
+    return save()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -465,7 +520,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.add_argument(name, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        config = TfPrivacyConfig(**json.loads(args.config))
+        fields = json.loads(args.config)
+        config = TfPrivacyConfig(**{**fields, "scaling_lots": tuple(fields["scaling_lots"])})
         checkpoint = Path(args.checkpoint) if args.checkpoint else None
         result = worker(args.worker, config, Path(args.data), checkpoint)
         Path(args.out).write_text(json.dumps(result) + "\n")

@@ -100,11 +100,8 @@ def _shift_noise_tail(y: float, r: int, sigma: float, upper: bool) -> float:
     gamma = special.gammainc if upper else special.gammaincc  # P(X < x), P(X > x)
 
     def integrand(z: float) -> float:
-        return (
-            math.exp(-z * z / 2)
-            / math.sqrt(2 * math.pi)
-            * gamma(r / 2, r / (2 * (y - sigma * z) ** 2))
-        )
+        chi2_mass = float(gamma(r / 2, r / (2 * (y - sigma * z) ** 2)))
+        return math.exp(-z * z / 2) / math.sqrt(2 * math.pi) * chi2_mass
 
     points = [p for p in (0.0, z0 - 1 / sigma) if -40.0 < p < high] or None
     part = 0.0
@@ -203,7 +200,10 @@ _CONFIGS = [
 
 def _check_bracket(r: int, q: float, sigma: float, epsilons: tuple[float, ...], bins: int) -> None:
     spacing = 1e-2
-    laws = {side: jl_shift_mixture(jl_dimension=r, bins=bins, pessimistic=side) for side in (1, 0)}
+    laws = {
+        side: jl_shift_mixture(jl_dimension=r, bins=bins, pessimistic=side)
+        for side in (True, False)
+    }
     upper_pairs = jl_step_pairs(
         sampling_probability=q, noise_multiplier=sigma, jl_dimension=r, pessimistic=True, bins=bins
     )
@@ -214,8 +214,8 @@ def _check_bracket(r: int, q: float, sigma: float, epsilons: tuple[float, ...], 
         upper, lower = upper_pair.pessimistic(spacing), lower_pair.optimistic(spacing)
         for epsilon in epsilons:
             exact = _exact_delta(epsilon, q, sigma, r, add)
-            law_low = _law_delta(epsilon, q, sigma, laws[0], add)
-            law_high = _law_delta(epsilon, q, sigma, laws[1], add)
+            law_low = _law_delta(epsilon, q, sigma, laws[False], add)
+            law_high = _law_delta(epsilon, q, sigma, laws[True], add)
             where = (r, q, sigma, "add" if add else "remove", epsilon)
             assert _below(lower.delta(epsilon), law_low), where
             assert _below(law_low, exact), where
@@ -280,20 +280,25 @@ def test_nested_refinement_moves_both_laws_towards_the_truth(
     laws = {}
     for name, edges in (("coarse", coarse), ("fine", _nested_edges(coarse))):
         monkeypatch.setattr(jl_pairs, "_probability_edges", lambda bins, e=edges: e)
-        laws[name] = {side: jl_shift_mixture(jl_dimension=r, pessimistic=side) for side in (1, 0)}
+        laws[name] = {
+            side: jl_shift_mixture(jl_dimension=r, pessimistic=side) for side in (True, False)
+        }
     probe = np.geomspace(1e-2, 1e6, 400)
 
     def tail(law: tuple[np.ndarray, np.ndarray, float]) -> np.ndarray:
         shifts, weights, unbounded = law
-        return (shifts[None, :] > probe[:, None]) @ weights + unbounded
+        tails: np.ndarray = (shifts[None, :] > probe[:, None]) @ weights + unbounded
+        return tails
 
-    assert np.all(tail(laws["fine"][0]) >= tail(laws["coarse"][0]) - 1e-15)
-    assert np.all(tail(laws["fine"][1]) <= tail(laws["coarse"][1]) + 1e-15)
+    assert np.all(tail(laws["fine"][False]) >= tail(laws["coarse"][False]) - 1e-15)
+    assert np.all(tail(laws["fine"][True]) <= tail(laws["coarse"][True]) + 1e-15)
     q, sigma = 0.1, 1.1
     for epsilon in (0.5, 2.0):
-        fine_low = _law_delta(epsilon, q, sigma, laws["fine"][0], add=False)
-        fine_high = _law_delta(epsilon, q, sigma, laws["fine"][1], add=False)
-        assert _law_delta(epsilon, q, sigma, laws["coarse"][0], add=False) <= fine_low * (1 + 1e-12)
-        assert fine_high <= _law_delta(epsilon, q, sigma, laws["coarse"][1], add=False) * (
+        fine_low = _law_delta(epsilon, q, sigma, laws["fine"][False], add=False)
+        fine_high = _law_delta(epsilon, q, sigma, laws["fine"][True], add=False)
+        assert _law_delta(epsilon, q, sigma, laws["coarse"][False], add=False) <= fine_low * (
+            1 + 1e-12
+        )
+        assert fine_high <= _law_delta(epsilon, q, sigma, laws["coarse"][True], add=False) * (
             1 + 1e-12
         )

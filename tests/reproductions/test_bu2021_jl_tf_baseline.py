@@ -68,23 +68,25 @@ def test_summarize_rejects_bad_timings(times: list[float]) -> None:
 def fake_timer(
     method: str, config: Any, data: Any, *, warmup: int, lots: int, on_lot: Any = None
 ) -> list[float]:
-    """Stands in for :func:`tfp.time_method`: every lot takes ``FAKE_SECONDS[method]``."""
+    """Stands in for :func:`tfp.time_method`: ``FAKE_SECONDS[method]`` a lot of 256, and
+    quadratic in the lot size (like TF Privacy's per-example Jacobian)."""
+    seconds = FAKE_SECONDS[method] * (config.lot_size / 256) ** 2
     for _ in range(lots):
-        on_lot(FAKE_SECONDS[method])
-    return [FAKE_SECONDS[method]] * lots
+        on_lot(seconds)
+    return [seconds] * lots
 
 
 class FakeWorker:
     """Stands in for :func:`tfp.run_worker` (no child process, no TensorFlow)."""
 
     def __init__(self, fail: str | None = None) -> None:
-        self.calls: list[str] = []
+        self.calls: list[tuple[str, int]] = []
         self.fail = fail
 
     def __call__(
         self, method: str, config: Any, data_path: Path, checkpoint: Path | None
     ) -> dict[str, Any]:
-        self.calls.append(method)
+        self.calls.append((method, config.lot_size))
         if method == self.fail:
             raise RuntimeError("the worker exited with status -9 (killed: out of memory?)")
         with np.load(data_path) as stored:
@@ -119,7 +121,10 @@ def test_quick_profile_saves_the_schema_speed_reads(
     path = tfp.compute("quick")
     assert path == fake_tf / "figures" / "bu2021_jl_tf_privacy.json"
     saved = json.loads(path.read_text())
-    assert worker.calls == list(tfp.METHODS)
+    # the vanilla optimizer at the smaller scaling lots first, then every method at 256
+    assert worker.calls == [("tf_privacy_vanilla", 32), ("tf_privacy_vanilla", 64)] + [
+        (method, 256) for method in tfp.METHODS
+    ]
     assert [row["method"] for row in saved["rows"]] == list(tfp.METHODS)
     for row in saved["rows"]:
         assert set(row) == ROW_KEYS
@@ -131,7 +136,12 @@ def test_quick_profile_saves_the_schema_speed_reads(
     assert saved["tensorflow"] == "2.15.1" and saved["keras"] == "2.15.0"
     assert saved["hardware"] == "CPU test, 2 TensorFlow thread(s)"
     assert saved["parameters"] == 586_369 and saved["errors"] == {}
-    assert saved["peak_rss_mb"] == dict.fromkeys(tfp.METHODS, 100.0)
+    keys = ["tf_privacy_vanilla@32", "tf_privacy_vanilla@64", *tfp.METHODS]
+    assert saved["peak_rss_mb"] == dict.fromkeys(keys, 100.0)
+    scaling = saved["lot_scaling"]
+    assert [point["lot_size"] for point in scaling["points"]] == [32, 64, 256]
+    assert scaling["points"][0]["seconds_per_step"] == pytest.approx(40.0 / 64)
+    assert scaling["exponent"] == pytest.approx(2.0)
     assert saved["paper_seconds_per_epoch"]["tf_privacy_vanilla"] == 19_317.0  # Table 2
     assert saved["config"]["threads"] >= 1 and "wall_time_s" in saved and "commit" in saved
     assert (fake_tf / "figures" / "bu2021_jl_tf_privacy.csv").is_file()
@@ -144,7 +154,26 @@ def test_lots_option_and_a_failing_worker(fake_tf: Path, monkeypatch: pytest.Mon
     assert [row["method"] for row in saved["rows"]] == ["keras_nonprivate", "tf_privacy_vanilla"]
     assert saved["rows"][1]["timed_steps"] == 5 and saved["config"]["dp_lots"] == 5
     assert saved["config"]["threads"] == 1
+    assert list(saved["errors"]) == ["tf_privacy_vectorized"]
     assert "out of memory" in saved["errors"]["tf_privacy_vectorized"]
+
+
+def test_a_vanilla_lot_of_256_that_fails_keeps_the_smaller_lots(
+    fake_tf: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    worker = FakeWorker()
+
+    def killed_at_256(method: str, config: Any, data: Path, checkpoint: Any) -> dict[str, Any]:
+        if method != "keras_nonprivate" and config.lot_size == 256:
+            raise RuntimeError("the worker exited with status -9 (killed: out of memory?)")
+        return worker(method, config, data, checkpoint)
+
+    monkeypatch.setattr(tfp, "run_worker", killed_at_256)
+    saved = json.loads(tfp.compute("quick").read_text())
+    assert [row["method"] for row in saved["rows"]] == ["keras_nonprivate"]
+    assert set(saved["errors"]) == {"tf_privacy_vanilla", "tf_privacy_vectorized"}
+    assert [point["lot_size"] for point in saved["lot_scaling"]["points"]] == [32, 64]
+    assert saved["lot_scaling"]["exponent"] == pytest.approx(2.0)
     with pytest.raises(InvalidParameterError):
         tfp.compute("quick", lots=0)
     with pytest.raises(InvalidParameterError):
@@ -164,7 +193,11 @@ def test_full_profile_resumes_from_its_checkpoints(
     monkeypatch.setattr(tfp, "run_worker", worker)
     saved = json.loads(tfp.compute("full", threads=2).read_text())
     # the finished non-private epoch is read back without a worker
-    assert worker.calls == ["tf_privacy_vanilla", "tf_privacy_vectorized"]
+    assert [call for call in worker.calls if call[1] == 256] == [
+        ("tf_privacy_vanilla", 256),
+        ("tf_privacy_vectorized", 256),
+    ]
+    assert [call[1] for call in worker.calls if call[1] != 256] == [32, 64, 128]
     rows = {row["method"]: row for row in saved["rows"]}
     assert rows["keras_nonprivate"]["extrapolated"] is False
     assert rows["keras_nonprivate"]["seconds_per_epoch"] == pytest.approx(49.0)
