@@ -25,7 +25,8 @@ def git_commit(root: str | Path | None = None) -> str:
     """HEAD of the repository at ``root`` (``-dirty`` if tracked files changed), or ``unknown``.
 
     Defaults to the checkout dpcore is imported from; outside a git checkout (an installed
-    wheel) the answer is ``unknown`` rather than an error.
+    wheel, or a copy of the tree sent to another machine) the answer is ``$DPCORE_COMMIT`` when
+    set (the commit the copy was made from, suffixed ``-copy``), else ``unknown``.
     """
     where = Path(root) if root is not None else Path(dpcore.__file__).resolve().parents[1]
     try:
@@ -40,7 +41,8 @@ def git_commit(root: str | Path | None = None) -> str:
             check=True,
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+        declared = os.environ.get("DPCORE_COMMIT", "").strip()
+        return f"{declared}-copy" if declared else "unknown"
     return head + ("-dirty" if dirty else "")
 
 

@@ -112,6 +112,26 @@ class MemoryConfig:
     threads: int = 1
     #: Seconds before a worker is killed (its lot is then "too slow", not "too big").
     timeout: float = 45.0
+    #: On CUDA: the cap (16 GiB, the memory of the paper's P100) and the exponent ranges.
+    cuda_cap_mb: float = 16384.0
+    cuda_small_log2: tuple[int, int] = (10, 20)
+    cuda_wide_log2: tuple[int, int] = (4, 15)
+
+    def on(self, device: str) -> MemoryConfig:
+        """This profile as run on ``device``: on CUDA the ``cuda_*`` cap and ranges apply.
+
+        Example:
+            >>> PROFILES["quick"].on("cuda").cap_mb, PROFILES["quick"].on("cpu").cap_mb
+            (16384.0, 1024.0)
+        """
+        if device == "cpu":
+            return self
+        return dataclasses.replace(
+            self,
+            cap_mb=self.cuda_cap_mb,
+            small_log2=self.cuda_small_log2,
+            wide_log2=self.cuda_wide_log2,
+        )
 
 
 PROFILES = {
@@ -129,6 +149,21 @@ PROFILES = {
         timeout=400.0,
     ),
 }
+
+
+def stem_for(device: str) -> str:
+    """Results stem of a run on ``device`` (CPU and GPU results are kept side by side).
+
+    Example:
+        >>> stem_for("cpu"), stem_for("cuda")
+        ('bu2021_jl_memory', 'bu2021_jl_memory_cuda')
+    """
+    return STEM if device == "cpu" else f"{STEM}_{device}"
+
+
+def table_for(device: str) -> str:
+    """README marker of the table of ``device``'s run."""
+    return TABLE if device == "cpu" else f"{TABLE}-{device}"
 
 
 def largest_fitting(fits: Callable[[int], bool], low: int, high: int) -> int | None:
@@ -253,8 +288,8 @@ def compute(profile: str = "quick") -> None:
     import torch
     from tqdm import tqdm
 
-    config = PROFILES[profile]
     device = paper.default_device()
+    config = PROFILES[profile].on(device)
     start = time.perf_counter()
     models = {"small": (1, config.small_log2), "wide": (config.wide_width, config.wide_log2)}
     probes: list[dict[str, Any]] = []
@@ -314,14 +349,18 @@ def compute(profile: str = "quick") -> None:
             row["ratio_to_nonprivate"] = row["largest_lot"] / reference
     extra = {
         "seed": 0,
-        "hardware": f"{device}, {config.threads} torch thread(s)",
+        "hardware": (
+            f"{torch.cuda.get_device_name(0)} (CUDA)"
+            if device == "cuda"
+            else f"CPU, {config.threads} torch thread(s)"
+        ),
         "device": device,
         "memory_measured": "torch.cuda.max_memory_allocated" if device == "cuda" else "peak RSS",
         "torch": torch.__version__,
         "wall_time_s": round(time.perf_counter() - start, 1),
         "probes": probes,
     }
-    save_results(STEM, config=config, rows=rows, extra=extra)
+    save_results(stem_for(device), config=config, rows=rows, extra=extra)
 
 
 # ----------------------------------------------------------------------------- plot and table
@@ -360,14 +399,22 @@ def readme_table(data: dict[str, Any]) -> str:
 
 
 def plot() -> None:
-    """``figures/bu2021_jl_memory.png``: largest lot per method and model, and the table."""
+    """``figures/bu2021_jl_memory[_cuda].png`` and the README tables of every saved device."""
+    for device in ("cpu", "cuda"):
+        if (FIGURES / f"{stem_for(device)}.json").is_file():
+            plot_device(device)
+
+
+def plot_device(device: str) -> None:
+    """Largest lot per method and model of the run on ``device``; and its README table."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    data = load_results(STEM)
+    stem = stem_for(device)
+    data = load_results(stem)
     figure, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=False)
     for axis, model in zip(axes, ("small", "wide"), strict=True):
         rows = [row for row in data["rows"] if row["model"] == model]
@@ -394,9 +441,9 @@ def plot() -> None:
         fontsize=10,
     )
     figure.tight_layout()
-    figure.savefig(FIGURES / f"{STEM}.png", dpi=150)
+    figure.savefig(FIGURES / f"{stem}.png", dpi=150)
     plt.close(figure)
-    paper.replace_between(paper.README, TABLE, readme_table(data))
+    paper.replace_between(paper.README, table_for(device), readme_table(data))
 
 
 if __name__ == "__main__":

@@ -46,6 +46,22 @@ CHECKPOINT_DIR = paper.CHECKPOINTS / STEM
 DATA_CACHE = CHECKPOINT_DIR / "imdb_train_ids.npz"
 TF_PRIVACY_JSON = FIGURES / "bu2021_jl_tf_privacy.json"
 TF_PRIVACY_MISSING = "not measured here: run `nox -s tfprivacy`"
+TF_PRIVACY_NOT_ON_GPU = "not timed on the GPU (`nox -s tfprivacy` runs on CPU; see the CPU table)"
+
+
+def stem_for(device: str) -> str:
+    """Results stem of a run on ``device``: CPU and GPU runs are kept side by side.
+
+    Example:
+        >>> stem_for("cpu"), stem_for("cuda")
+        ('bu2021_jl_speed', 'bu2021_jl_speed_cuda')
+    """
+    return STEM if device == "cpu" else f"{STEM}_{device}"
+
+
+def table_for(device: str) -> str:
+    """README marker of the table of a run on ``device`` (``speed-table``, ``speed-table-cuda``)."""
+    return TABLE if device == "cpu" else f"{TABLE}-{device}"
 #: Adam's learning rate (the step time does not depend on it).
 LEARNING_RATE = 1e-3
 
@@ -172,18 +188,32 @@ def cells(config: SpeedConfig) -> list[Cell]:
     ]
 
 
-def _paper_key(method: str, r: int | None) -> str:
+#: The paper's Table 2 row that each of our methods stands beside. The paper's only exact DP
+#: row is TF Privacy's vanilla DP-Adam, so our exact DP-Adam is compared with it; the vectorized
+#: TF Privacy optimizer is not in the paper (no paper value).
+_PAPER_ROW = {
+    "nonprivate": "nonprivate",
+    "keras_nonprivate": "nonprivate",
+    "dp_adam_exact": "tf_privacy_vanilla",
+    "tf_privacy_vanilla": "tf_privacy_vanilla",
+}
+
+
+def _paper_key(method: str, r: int | None) -> str | None:
+    """Key of :data:`~reproductions.bu2021_jl.config.PAPER_SECONDS_PER_EPOCH`, or None.
+
+    Example:
+        >>> _paper_key("dp_adam_jl", 5), _paper_key("tf_privacy_vectorized", None)
+        ('jl_5', None)
+    """
     if method == "dp_adam_jl":
         return f"jl_{r}"
-    return (
-        "tf_privacy_vanilla"
-        if method in ("dp_adam_exact", "tf_privacy_vanilla")
-        else ("nonprivate")
-    )
+    return _PAPER_ROW.get(method)
 
 
 def _paper_columns(method: str, r: int | None) -> dict[str, float | None]:
-    seconds = paper.PAPER_SECONDS_PER_EPOCH.get(_paper_key(method, r))
+    key = _paper_key(method, r)
+    seconds = None if key is None else paper.PAPER_SECONDS_PER_EPOCH.get(key)
     base = paper.PAPER_SECONDS_PER_EPOCH["nonprivate"]
     return {
         "paper_seconds_per_epoch": seconds,
@@ -216,19 +246,27 @@ def tf_privacy_rows(path: Path | None = None) -> list[dict[str, Any]]:
     """Rows of the TF Privacy timing (``nox -s tfprivacy``) in this table's format; [] if absent.
 
     ``path`` defaults to :data:`TF_PRIVACY_JSON`. Each ratio divides by that file's own
-    ``keras_nonprivate`` row (same framework and machine).
+    ``keras_nonprivate`` row (same framework and machine). The file keeps its hardware and each
+    worker's peak memory at the top level (``hardware``, ``peak_rss_mb[method]``); a method that
+    failed (e.g. killed for memory) has no row there, only ``errors[method]``, and becomes a row
+    with that error and no timing.
     """
     path = TF_PRIVACY_JSON if path is None else path
     if not path.is_file():
         return []
-    rows = json.loads(path.read_text()).get("rows", [])
+    data = json.loads(path.read_text())
+    rows = list(data.get("rows", []))
+    peaks = data.get("peak_rss_mb") or {}
+    errors = data.get("errors") or {}
+    timed = {row.get("method") for row in rows}
+    rows += [{"method": method} for method in errors if "@" not in method and method not in timed]
     keras = next(
         (row["seconds_per_epoch"] for row in rows if row.get("method") == "keras_nonprivate"), None
     )
     result = []
     for row in rows:
         seconds = row.get("seconds_per_epoch")
-        method = row.get("method")
+        method = str(row.get("method"))
         result.append(
             {
                 "method": method,
@@ -239,13 +277,13 @@ def tf_privacy_rows(path: Path | None = None) -> list[dict[str, Any]]:
                 "extrapolated": bool(row.get("extrapolated", False)),
                 "timed_steps": row.get("timed_steps"),
                 "lots_per_epoch": row.get("lots_per_epoch"),
-                "step_seconds_median": row.get("step_seconds_median"),
-                "peak_rss_mb": row.get("peak_rss_mb"),
-                "peak_gpu_mb": row.get("peak_gpu_mb"),
+                "step_seconds_median": row.get("seconds_per_step"),
+                "peak_rss_mb": peaks.get(method),
+                "peak_gpu_mb": None,
                 "source": "tf_privacy",
-                "hardware": row.get("hardware"),
-                "error": row.get("error"),
-                **_paper_columns(str(method), None),
+                "hardware": data.get("hardware"),
+                "error": None if seconds else errors.get(method),
+                **_paper_columns(method, None),
             }
         )
     return result
@@ -344,7 +382,8 @@ def compute(profile: str = "quick") -> None:
     for row in rows:
         if reference and row["seconds_per_epoch"]:
             row["ratio_to_nonprivate"] = row["seconds_per_epoch"] / reference
-    rows += tf_privacy_rows()
+    if device == "cpu":  # TF Privacy is timed on CPU only: its rows sit beside CPU rows
+        rows += tf_privacy_rows()
     import torch
 
     extra = {
@@ -357,7 +396,7 @@ def compute(profile: str = "quick") -> None:
         "crossover": crossover(rows),
         "paper_hardware": paper.PAPER_HARDWARE,
     }
-    save_results(STEM, config=config, rows=rows, extra=extra)
+    save_results(stem_for(device), config=config, rows=rows, extra=extra)
 
 
 # ----------------------------------------------------------------------------- plot and table
@@ -381,8 +420,13 @@ def _fmt(value: float | None, digits: int = 1) -> str:
 
 
 def table_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
-    """Our rows, with the TF Privacy rows from the newest file (else those saved with ours)."""
+    """Our rows, with the TF Privacy rows from the newest file (else those saved with ours).
+
+    A GPU run gets no TF Privacy rows: those are CPU timings, and ratios across devices mislead.
+    """
     ours = [row for row in data["rows"] if row["source"] == "dpcore"]
+    if data.get("device", "cpu") != "cpu":
+        return ours
     fresh = tf_privacy_rows()
     return ours + (fresh or [row for row in data["rows"] if row["source"] == "tf_privacy"])
 
@@ -418,8 +462,9 @@ def readme_table(data: dict[str, Any]) -> str:
     if not any(row["source"] == "tf_privacy" for row in rows):
         missing = {"method": "tf_privacy_vanilla", "r": None}
         columns = _paper_columns("tf_privacy_vanilla", None)
+        why = TF_PRIVACY_MISSING if data.get("device", "cpu") == "cpu" else TF_PRIVACY_NOT_ON_GPU
         lines.append(
-            f"| {_label(missing)} | {TF_PRIVACY_MISSING} | - "
+            f"| {_label(missing)} | {why} | - "
             f"| {_fmt(columns['paper_seconds_per_epoch'], 0)} "
             f"| {_fmt(columns['paper_ratio_to_nonprivate'], 1)} | - |"
         )
@@ -434,13 +479,21 @@ def readme_table(data: dict[str, Any]) -> str:
 
 
 def plot() -> None:
-    """``figures/bu2021_jl_speed.png`` (ratios to non-private, ours vs paper) and the table."""
+    """``figures/bu2021_jl_speed[_cuda].png`` and the README tables of every saved device."""
+    for device in ("cpu", "cuda"):
+        if (FIGURES / f"{stem_for(device)}.json").is_file():
+            plot_device(device)
+
+
+def plot_device(device: str) -> None:
+    """Ratios to non-private, ours vs paper, of the run on ``device``; and its README table."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    data = load_results(STEM)
+    stem = stem_for(device)
+    data = load_results(stem)
     rows = [row for row in table_rows(data) if row["method"] != "keras_nonprivate"]
     labels = [
         _label(row).replace(", ", "\n")
@@ -461,9 +514,9 @@ def plot() -> None:
     axis.legend(fontsize=8)
     axis.grid(alpha=0.3, axis="y", which="both")
     figure.tight_layout()
-    figure.savefig(FIGURES / f"{STEM}.png", dpi=150)
+    figure.savefig(FIGURES / f"{stem}.png", dpi=150)
     plt.close(figure)
-    paper.replace_between(paper.README, TABLE, readme_table(data))
+    paper.replace_between(paper.README, table_for(device), readme_table(data))
 
 
 if __name__ == "__main__":
