@@ -62,6 +62,8 @@ def stem_for(device: str) -> str:
 def table_for(device: str) -> str:
     """README marker of the table of a run on ``device`` (``speed-table``, ``speed-table-cuda``)."""
     return TABLE if device == "cpu" else f"{TABLE}-{device}"
+
+
 #: Adam's learning rate (the step time does not depend on it).
 LEARNING_RATE = 1e-3
 
