@@ -40,7 +40,7 @@ def _install(session: nox.Session, *groups: str, extras: str = "") -> None:
 def tests(session: nox.Session) -> None:
     """Run the default test suite (doctests included, slow tests excluded)."""
     _install(session, "test", extras="[torch,plot,progress]")
-    session.run("pytest", "dpcore", "tests", "-m", "not slow", *session.posargs)
+    session.run("pytest", "dpcore", "tests", "-m", "not slow and not cuda", *session.posargs)
 
 
 @nox.session
@@ -48,6 +48,13 @@ def slow(session: nox.Session) -> None:
     """Run only the tests marked slow (wide property searches)."""
     _install(session, "test", extras="[torch,plot,progress]")
     session.run("pytest", "tests", "-m", "slow", *session.posargs)
+
+
+@nox.session
+def gpu(session: nox.Session) -> None:
+    """Run only the tests that need a CUDA GPU (they fail, not skip, without one)."""
+    _install(session, "test", extras="[torch,plot,progress]")
+    session.run("pytest", "tests", "-m", "cuda", *session.posargs)
 
 
 @nox.session

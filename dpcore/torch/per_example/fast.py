@@ -19,8 +19,10 @@ outside this set use :class:`~dpcore.torch.per_example.vmap.VmapEngine`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -129,6 +131,32 @@ def fast_path_supports(model: nn.Module) -> bool:
     except IncompatibleModelError:
         return False
     return True
+
+
+@contextlib.contextmanager
+def _ieee_float32() -> Iterator[None]:
+    """Full float32 (no TF32) for cuDNN convolutions and CUDA matmuls while open.
+
+    cuDNN convolutions default to TF32 on Ampere and newer GPUs (10-bit mantissa): autograd's
+    reference gradient of a large lot then drifts beyond the check's tolerance from our exact
+    float32 sums (seen on an H100 at lot 262,144), which would refuse a correct model.
+    """
+    backends = [
+        backend
+        for backend in (
+            getattr(torch.backends.cudnn, "conv", None),
+            getattr(torch.backends.cuda, "matmul", None),
+        )
+        if backend is not None and hasattr(backend, "fp32_precision")
+    ]
+    previous = [backend.fp32_precision for backend in backends]
+    for backend in backends:
+        backend.fp32_precision = "ieee"
+    try:
+        yield
+    finally:
+        for backend, value in zip(backends, previous, strict=True):
+            backend.fp32_precision = value
 
 
 def _versions(call: LayerCall) -> tuple[int, ...]:
@@ -276,9 +304,10 @@ class FastEngine(PerExampleEngine):
         """Autograd's gradient of ``sum_i loss_i`` on the first finite lot if ``verify``."""
         if self._verified or not bool(torch.isfinite(losses).all()):
             return None
-        gradients = torch.autograd.grad(
-            losses.sum(), self.parameters, retain_graph=True, allow_unused=True
-        )
+        with _ieee_float32():
+            gradients = torch.autograd.grad(
+                losses.sum(), self.parameters, retain_graph=True, allow_unused=True
+            )
         return [
             torch.zeros_like(p) if g is None else g
             for p, g in zip(self.parameters, gradients, strict=True)

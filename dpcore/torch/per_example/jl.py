@@ -41,18 +41,25 @@ __all__ = ["JLEngine"]
 
 @contextlib.contextmanager
 def _forward_mode_friendly(model: nn.Module, device: torch.device) -> Iterator[None]:
-    """Disable oneDNN on CPU around recurrent layers: its fused RNN kernels have no forward-mode
-    derivative (convolutions keep it: they do, and are much faster with it)."""
+    """Disable the fused RNN kernels around recurrent layers: oneDNN's on CPU and cuDNN's on CUDA
+    have no forward-mode derivative under vmap (cuDNN fails with "Cannot access data pointer of
+    Tensor that doesn't have storage"); the native kernels do. Convolutions keep theirs (they
+    differentiate, and are much faster with them)."""
     recurrent = any(isinstance(module, nn.RNNBase) for module in model.modules())
-    if device.type != "cpu" or not recurrent:
+    if device.type not in ("cpu", "cuda") or not recurrent:
         yield
         return
-    previous = torch._C._get_mkldnn_enabled()
-    torch._C._set_mkldnn_enabled(False)  # the public flags() also toggles TF32 and warns
+    # The public flags() context managers also reset TF32 and benchmark settings (and warn).
+    if device.type == "cpu":
+        get, set_ = torch._C._get_mkldnn_enabled, torch._C._set_mkldnn_enabled
+    else:
+        get, set_ = torch._C._get_cudnn_enabled, torch._C._set_cudnn_enabled
+    previous = get()
+    set_(False)
     try:
         yield
     finally:
-        torch._C._set_mkldnn_enabled(previous)
+        set_(previous)
 
 
 @contextlib.contextmanager
