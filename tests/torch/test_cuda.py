@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from dpcore.torch.models import tf_privacy_mnist_cnn
-from dpcore.torch.noise import SeededGaussianNoise
+from dpcore.torch.noise import NoiseSource, SeededGaussianNoise
 from dpcore.torch.per_example.fast import FastEngine
 from dpcore.torch.per_example.jl import JLEngine
 
@@ -39,9 +39,10 @@ class _TinyLSTM(nn.Module):
 
 
 def test_jl_projections_through_cudnn_lstm(cuda: torch.device) -> None:
-    """JL on nn.LSTM on CUDA (cuDNN's RNN has no forward-mode rule under vmap; the engine turns
-    cuDNN off around its jvps). With r = 4000 directions, mean M^2 estimates ||g_i||^2 with
-    relative sd sqrt(2 / r) = 2.2 %; 12 % is 5.4 sd per example (false rejection < 1e-6)."""
+    """JL on nn.LSTM on CUDA: cuDNN's RNN and CUDA's fused LSTM cell have no forward-mode
+    rule, so the engine runs nn.LSTM through its decomposed recurrence during the jvps. With
+    r = 4000 directions, mean M^2 estimates ||g_i||^2 with relative sd sqrt(2 / r) = 2.2 %; 12 %
+    is 5.4 sd per example (false rejection < 1e-6)."""
     torch.manual_seed(0)
     model = _TinyLSTM().to(cuda)
     tokens = torch.randint(0, 50, (4, 6), device=cuda)
@@ -76,3 +77,34 @@ def test_fast_engine_check_is_not_fooled_by_tf32(cuda: torch.device) -> None:
     assert batch.norms.shape == (lot,)
     assert bool(torch.isfinite(torch.cat([s.flatten() for s in batch.summed])).all())
     assert torch.backends.cudnn.conv.fp32_precision == "tf32"  # the user's setting is restored
+
+
+class _RepeatedDirection(NoiseSource):
+    """Every one of the r directions equal (the first row repeated)."""
+
+    name = "repeated"
+
+    def standard_normal(
+        self, shape: torch.Size, *, dtype: torch.dtype, device: torch.device
+    ) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(0)
+        row = torch.randn(shape[1:], generator=generator, dtype=dtype)
+        return row.expand(shape).contiguous().to(device)
+
+
+def test_jl_passes_share_dropout_masks_on_cuda(cuda: torch.device) -> None:
+    """With dropout the engine makes one pass per direction and must replay the same masks in
+    each (else the estimated norm is not the norm of the gradient it clips). On CUDA dropout
+    draws from the device's generator, which the engine now saves and restores too: two equal
+    directions must then give equal projections, and the final forward the same masks."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 64), nn.ReLU(), nn.Dropout(0.5), nn.Linear(64, 2))
+    model = model.to(cuda).train()
+    inputs = torch.randn(8, 6, device=cuda)
+    labels = torch.randint(0, 2, (8,), device=cuda)
+    loss_fn = nn.CrossEntropyLoss(reduction="none")
+    engine = JLEngine(model, max_grad_norm=1.0, jl_dimension=2, directions=_RepeatedDirection())
+    before = torch.cuda.get_rng_state(cuda)
+    projected = engine.projections(inputs, labels, loss_fn)
+    torch.testing.assert_close(projected[0], projected[1], rtol=0.0, atol=0.0)
+    assert torch.equal(torch.cuda.get_rng_state(cuda), before)

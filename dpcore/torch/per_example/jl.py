@@ -25,6 +25,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, jvp, vmap
 
+from dpcore.torch.forward_mode import forward_mode_friendly
 from dpcore.torch.noise import NoiseSource, SeededGaussianNoise
 from dpcore.torch.per_example.base import (
     ClippedBatch,
@@ -39,27 +40,16 @@ from dpcore.validation import check_count
 __all__ = ["JLEngine"]
 
 
-@contextlib.contextmanager
-def _forward_mode_friendly(model: nn.Module, device: torch.device) -> Iterator[None]:
-    """Disable the fused RNN kernels around recurrent layers: oneDNN's on CPU and cuDNN's on CUDA
-    have no forward-mode derivative under vmap (cuDNN fails with "Cannot access data pointer of
-    Tensor that doesn't have storage"); the native kernels do. Convolutions keep theirs (they
-    differentiate, and are much faster with them)."""
-    recurrent = any(isinstance(module, nn.RNNBase) for module in model.modules())
-    if device.type not in ("cpu", "cuda") or not recurrent:
-        yield
-        return
-    # The public flags() context managers also reset TF32 and benchmark settings (and warn).
-    if device.type == "cpu":
-        get, set_ = torch._C._get_mkldnn_enabled, torch._C._set_mkldnn_enabled
-    else:
-        get, set_ = torch._C._get_cudnn_enabled, torch._C._set_cudnn_enabled
-    previous = get()
-    set_(False)
-    try:
-        yield
-    finally:
-        set_(previous)
+def _rng_state(device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Torch's CPU generator state and, on CUDA, the device's (dropout draws from the latter)."""
+    cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+    return torch.get_rng_state(), cuda
+
+
+def _set_rng_state(state: tuple[torch.Tensor, torch.Tensor | None], device: torch.device) -> None:
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state(state[1], device)
 
 
 @contextlib.contextmanager
@@ -133,10 +123,10 @@ class JLEngine(PerExampleEngine):
             return projection
 
         tangents = self._draw_directions()
-        rng = torch.get_rng_state()
         device = self.parameters[0].device
+        rng = _rng_state(device)
         try:
-            with _forward_mode_friendly(self.model, device), _quiet_forward_ad():
+            with forward_mode_friendly(self.model, device), _quiet_forward_ad():
                 if self.vmap_directions:
                     try:
                         batched: torch.Tensor = vmap(one_direction, randomness="error")(tangents)
@@ -146,11 +136,11 @@ class JLEngine(PerExampleEngine):
                             raise
                 rows = []
                 for j in range(self.jl_dimension):
-                    torch.set_rng_state(rng)  # every pass sees the same dropout masks
+                    _set_rng_state(rng, device)  # every pass sees the same dropout masks
                     rows.append(one_direction({name: t[j] for name, t in tangents.items()}))
                 return torch.stack(rows)
         finally:
-            torch.set_rng_state(rng)
+            _set_rng_state(rng, device)
 
     def _clipped_sum(
         self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction
