@@ -21,7 +21,9 @@ from reproductions.bu2019_gdp import training as bu2019_training
 from reproductions.bu2021_jl import accuracy as jl_accuracy
 from reproductions.bu2021_jl import epsilon_vs_epochs as jl_epsilon
 from reproductions.bu2021_jl import memory as jl_memory
+from reproductions.bu2021_jl import memory_report as jl_memory_report
 from reproductions.bu2021_jl import speed as jl_speed
+from reproductions.bu2021_jl import speed_report as jl_speed_report
 from reproductions.bu2021_jl import summary as jl_summary
 from reproductions.erm import compute as erm_compute
 from reproductions.erm import plot as erm_plot
@@ -36,8 +38,8 @@ REPRODUCTIONS: dict[str, tuple[Callable[[str], None], Callable[[], None]]] = {
     "bu2019_privacy": (bu2019_privacy.compute, bu2019_privacy.plot),
     "bu2019_training": (bu2019_training.compute, bu2019_training.plot),
     "bu2021_jl_epsilon": (jl_epsilon.compute, jl_epsilon.plot),
-    "bu2021_jl_speed": (jl_speed.compute, jl_speed.plot),
-    "bu2021_jl_memory": (jl_memory.compute, jl_memory.plot),
+    "bu2021_jl_speed": (jl_speed.compute, jl_speed_report.plot),
+    "bu2021_jl_memory": (jl_memory.compute, jl_memory_report.plot),
     "bu2021_jl_accuracy": (jl_accuracy.compute, jl_accuracy.plot),
     # after bu2021_jl_speed: its figure reads the speed results
     "bu2021_jl_summary": (jl_summary.compute, jl_summary.plot),

@@ -13,7 +13,7 @@ dpcore's JL engine evaluates the r forward-mode projections in one vectorised pa
 way.
 
 Measurement reuses :mod:`bench.training_memory`: each lot size runs in a fresh process
-(``python -m reproductions.bu2021_jl.memory --worker``: one warm-up and one timed step) whose
+(``python -m reproductions.bu2021_jl.memory_worker --worker``: one warm-up and one timed step) whose
 resident set the parent polls and kills above the cap (peak host RSS; on CUDA the cap applies to
 ``torch.cuda.max_memory_allocated`` instead). Lots are powers of two, searched by bisection on the
 exponent (peak memory grows with the lot), so a method costs about log2(range) + 1 processes.
@@ -23,55 +23,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from torch import nn
-
-from bench import training, training_memory
+from bench import training_memory
 from bench.training import Cell
 from reproductions.bu2021_jl import config as paper
-from reproductions.common import FIGURES, load_results, save_results
+from reproductions.bu2021_jl.memory_worker import MODULE, WIDE_WIDTH, _variant, widened_mnist_cnn
+from reproductions.common import save_results
 
 STEM = "bu2021_jl_memory"
 TABLE = "memory-table"
-MODULE = "reproductions.bu2021_jl.memory"
 CHECKPOINT_DIR = paper.CHECKPOINTS / STEM
-#: Width multiplier of the wide CNN (about 17M parameters; see :func:`widened_mnist_cnn`).
-WIDE_WIDTH = 26
-
-
-def widened_mnist_cnn(width: int) -> nn.Sequential:
-    """The TF Privacy MNIST CNN with 16w, 32w conv channels and a 32w hidden layer.
-
-    ``width = 1`` is :func:`~dpcore.torch.models.tf_privacy_mnist_cnn` exactly; the parameter
-    count is ``24,576 w^2 + 1,424 w + 10``.
-
-    Example:
-        >>> sum(p.numel() for p in widened_mnist_cnn(1).parameters())
-        26010
-        >>> sum(p.numel() for p in widened_mnist_cnn(WIDE_WIDTH).parameters())
-        16650410
-    """
-    if isinstance(width, bool) or not isinstance(width, int) or width < 1:
-        from dpcore.errors import InvalidParameterError
-
-        raise InvalidParameterError("width", "an integer >= 1", width)
-    c1, c2, hidden = 16 * width, 32 * width, 32 * width
-    return nn.Sequential(
-        nn.Conv2d(1, c1, 8, stride=2, padding=3),  # 28x28 -> 14x14
-        nn.ReLU(),
-        nn.MaxPool2d(2, stride=1),  # -> 13x13
-        nn.Conv2d(c1, c2, 4, stride=2),  # -> 5x5
-        nn.ReLU(),
-        nn.MaxPool2d(2, stride=1),  # -> 4x4
-        nn.Flatten(),
-        nn.Linear(c2 * 4 * 4, hidden),
-        nn.ReLU(),
-        nn.Linear(hidden, 10),
-    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,47 +156,6 @@ def largest_fitting(fits: Callable[[int], bool], low: int, high: int) -> int | N
 # ----------------------------------------------------------------------------- worker side
 
 
-def _variant(width: int, per_direction: bool) -> str:
-    return f"width={width}" + (",per_direction" if per_direction else "")
-
-
-def build(cell: Cell, batch_size: int, device: str) -> tuple[Any, Callable[[], None]]:
-    """``(model, step)`` of ``cell`` on a random lot (the worker's hook into the measurement)."""
-    import torch
-
-    from dpcore.torch.optimizers import DPOptimizer
-    from dpcore.torch.per_example.jl import JLEngine
-
-    settings = dict(part.partition("=")[::2] for part in (cell.variant or "").split(","))
-    torch.manual_seed(0)
-    model = widened_mnist_cnn(int(settings.get("width") or 1)).to(device)
-    inputs, targets = training._lot("mnist_cnn", device, batch_size)
-    if "per_direction" not in settings:
-        return model, training._step_function(cell, model, inputs, targets, batch_size)
-    assert cell.jl_dimension is not None
-    engine = JLEngine(
-        model,
-        max_grad_norm=training.MAX_GRAD_NORM,
-        jl_dimension=cell.jl_dimension,
-        vmap_directions=False,
-    )
-    private = DPOptimizer(
-        torch.optim.SGD(model.parameters(), lr=training.LEARNING_RATE),
-        engine=engine,
-        noise_multiplier=training.NOISE_MULTIPLIER,
-        expected_batch_size=batch_size,
-    )
-    loss_fn = nn.CrossEntropyLoss(reduction="none")
-
-    def step() -> None:
-        private.step(engine.clipped_sum(inputs, targets, loss_fn))
-
-    return model, step
-
-
-# ----------------------------------------------------------------------------- driver side
-
-
 def outcome(measured: dict[str, Any], cap_mb: float, device: str) -> str:
     """``fits``, ``exceeds`` (over the cap or out of memory), ``too_slow`` or ``error``."""
     if measured.get("exceeded_cap"):
@@ -246,12 +170,16 @@ def outcome(measured: dict[str, Any], cap_mb: float, device: str) -> str:
     return "fits"
 
 
+def _probe_path(config: MemoryConfig, device: str, model: str, method: Method, lot: int) -> Path:
+    key = f"{config.profile}_{device}_{config.cap_mb:g}_{model}_{method.method}_{method.r}"
+    return CHECKPOINT_DIR / f"{key}_{int(method.per_direction)}_{lot}.json"
+
+
 def _probe(
     config: MemoryConfig, device: str, model: str, width: int, method: Method, lot: int
 ) -> dict[str, Any]:
     """One lot of one method in a watched process (cached on disk for the full profile)."""
-    key = f"{config.profile}_{device}_{config.cap_mb:g}_{model}_{method.method}_{method.r}"
-    path = CHECKPOINT_DIR / f"{key}_{int(method.per_direction)}_{lot}.json"
+    path = _probe_path(config, device, model, method, lot)
     if path.is_file():
         return dict(json.loads(path.read_text()))
     cell = Cell("mnist_cnn", method.method, _variant(width, method.per_direction), method.r)
@@ -283,14 +211,18 @@ def _probe(
     return row
 
 
-def compute(profile: str = "quick") -> None:
-    """Bisect the largest power-of-two lot under the cap for every (model, method)."""
-    import torch
+#: ``probe(model name, width, method, lot)``: the probe's row, or None when it was not run.
+Prober = Callable[[str, int, Method, int], "dict[str, Any] | None"]
+
+
+def sweep(config: MemoryConfig, device: str, probe: Prober) -> tuple[list[dict], list[dict]]:
+    """``(rows, probes)``: the bisection for every (model, method) of ``config``.
+
+    A probe that returns None (not run) stops its method's bisection: the row is then marked
+    ``complete: false`` and its lot is only a lower bound (or unknown).
+    """
     from tqdm import tqdm
 
-    device = paper.default_device()
-    config = PROFILES[profile].on(device)
-    start = time.perf_counter()
     models = {"small": (1, config.small_log2), "wide": (config.wide_width, config.wide_log2)}
     probes: list[dict[str, Any]] = []
     rows: list[dict[str, Any]] = []
@@ -298,6 +230,7 @@ def compute(profile: str = "quick") -> None:
     for name, method in tqdm(sweeps, desc="largest lot under the cap", unit="method"):
         width, (low, high) = models[name]
         mine: list[dict[str, Any]] = []
+        missing: list[int] = []
 
         def fits(
             k: int,
@@ -305,8 +238,14 @@ def compute(profile: str = "quick") -> None:
             width: int = width,
             method: Method = method,
             mine: list[dict[str, Any]] = mine,
+            missing: list[int] = missing,
         ) -> bool:
-            row = _probe(config, device, name, width, method, 2**k)
+            if missing:
+                return False  # stop at the first probe that was not run
+            row = probe(name, width, method, 2**k)
+            if row is None:
+                missing.append(2**k)
+                return False
             mine.append(row)
             return bool(row["outcome"] == "fits")
 
@@ -314,6 +253,7 @@ def compute(profile: str = "quick") -> None:
         probes += mine
         above = [row for row in mine if row["batch_size"] > (2**k if k is not None else 0)]
         bounded_by_memory = bool(above) and all(row["outcome"] == "exceeds" for row in above)
+        complete = not missing
         rows.append(
             {
                 "model": name,
@@ -326,7 +266,8 @@ def compute(profile: str = "quick") -> None:
                 "largest_tried": 2**high,
                 "smallest_tried": 2**low,
                 # True: the next lot up was tried and exceeded the cap (the answer is exact).
-                "bounded_by_memory": bounded_by_memory or k is None,
+                "bounded_by_memory": complete and (bounded_by_memory or k is None),
+                "complete": complete,
                 "ratio_to_nonprivate": None,
                 "peak_mb_at_largest": next(
                     (
@@ -336,7 +277,10 @@ def compute(profile: str = "quick") -> None:
                     ),
                     None,
                 ),
-                "outcomes": ", ".join(f"{row['batch_size']}: {row['outcome']}" for row in mine),
+                "outcomes": ", ".join(
+                    [f"{row['batch_size']}: {row['outcome']}" for row in mine]
+                    + [f"{lot}: not run" for lot in missing]
+                ),
             }
         )
     for row in rows:
@@ -347,104 +291,81 @@ def compute(profile: str = "quick") -> None:
         )
         if reference and row["largest_lot"]:
             row["ratio_to_nonprivate"] = row["largest_lot"] / reference
+    return rows, probes
+
+
+def _save(
+    config: MemoryConfig,
+    device: str,
+    rows: list[dict],
+    probes: list[dict],
+    *,
+    hardware: str,
+    torch_version: str,
+    wall_time_s: float | None,
+) -> None:
     extra = {
         "seed": 0,
-        "hardware": (
-            f"{torch.cuda.get_device_name(0)} (CUDA)"
-            if device == "cuda"
-            else f"CPU, {config.threads} torch thread(s)"
-        ),
+        "hardware": hardware,
         "device": device,
         "memory_measured": "torch.cuda.max_memory_allocated" if device == "cuda" else "peak RSS",
-        "torch": torch.__version__,
-        "wall_time_s": round(time.perf_counter() - start, 1),
+        "torch": torch_version,
+        "wall_time_s": wall_time_s,
+        "complete": all(row["complete"] for row in rows),
         "probes": probes,
     }
     save_results(stem_for(device), config=config, rows=rows, extra=extra)
 
 
-# ----------------------------------------------------------------------------- plot and table
+def compute(profile: str = "quick") -> None:
+    """Bisect the largest power-of-two lot under the cap for every (model, method)."""
+    import torch
 
-
-def _lot_text(row: dict[str, Any]) -> str:
-    if row["largest_lot"] is None:
-        return f"< {row['smallest_tried']:,}"
-    text = f"{row['largest_lot']:,}"
-    return text if row["bounded_by_memory"] else f">= {text}"
-
-
-def readme_table(data: dict[str, Any]) -> str:
-    """The paper-vs-ours Markdown table, from saved results only."""
-    config = data["config"]
-    lines = [
-        f"Profile **{config['profile']}**, commit `{data['commit'][:12]}`, cap "
-        f"**{config['cap_mb'] / 1024:g} GiB** of {data['memory_measured']} ({data['hardware']}), "
-        f"torch {data['torch']}, wall time {data['wall_time_s']:.0f} s. Lots are powers of two; "
-        "`>=`: the largest lot tried fit (or a larger one was too slow), `<`: the smallest "
-        "did not.",
-        "",
-        "| model | method | largest lot (ours) | x non-private | peak MiB at that lot | "
-        "paper | lots tried |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for row in data["rows"]:
-        model = f"{row['model']} ({row['parameters']:,} params)"
-        ratio = "-" if row["ratio_to_nonprivate"] is None else f"{row['ratio_to_nonprivate']:g}"
-        peak = "-" if row["peak_mb_at_largest"] is None else f"{row['peak_mb_at_largest']:,.0f}"
-        lines.append(
-            f"| {model} | {row['label']} | {_lot_text(row)} | {ratio} | {peak} | not read "
-            f"| {row['outcomes']} |"
-        )
-    return "\n".join(lines)
-
-
-def plot() -> None:
-    """``figures/bu2021_jl_memory[_cuda].png`` and the README tables of every saved device."""
-    for device in ("cpu", "cuda"):
-        if (FIGURES / f"{stem_for(device)}.json").is_file():
-            plot_device(device)
-
-
-def plot_device(device: str) -> None:
-    """Largest lot per method and model of the run on ``device``; and its README table."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    stem = stem_for(device)
-    data = load_results(stem)
-    figure, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=False)
-    for axis, model in zip(axes, ("small", "wide"), strict=True):
-        rows = [row for row in data["rows"] if row["model"] == model]
-        values = [row["largest_lot"] or 0.5 * row["smallest_tried"] for row in rows]
-        positions = np.arange(len(rows))
-        bars = axis.bar(positions, values, color="tab:blue")
-        for bar, row in zip(bars, rows, strict=True):
-            bar.set_hatch("" if row["bounded_by_memory"] and row["largest_lot"] else "//")
-            axis.annotate(
-                _lot_text(row),
-                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                ha="center",
-                va="bottom",
-                fontsize=7,
-            )
-        axis.set_xticks(positions, [row["label"].replace(", ", "\n") for row in rows], fontsize=6)
-        axis.set_yscale("log", base=2)
-        axis.set_title(f"{model} CNN ({rows[0]['parameters']:,} parameters)", fontsize=9)
-        axis.grid(alpha=0.3, axis="y")
-    axes[0].set_ylabel("largest lot under the cap")
-    figure.suptitle(
-        f"Largest lot under {data['config']['cap_mb'] / 1024:g} GiB ({data['memory_measured']}, "
-        f"{data['config']['profile']} profile); hatched: bound, not exact",
-        fontsize=10,
+    device = paper.default_device()
+    config = PROFILES[profile].on(device)
+    start = time.perf_counter()
+    rows, probes = sweep(
+        config,
+        device,
+        lambda name, width, method, lot: _probe(config, device, name, width, method, lot),
     )
-    figure.tight_layout()
-    figure.savefig(FIGURES / f"{stem}.png", dpi=150)
-    plt.close(figure)
-    paper.replace_between(paper.README, table_for(device), readme_table(data))
+    hardware = (
+        f"{torch.cuda.get_device_name(0)} (CUDA)"
+        if device == "cuda"
+        else f"CPU, {config.threads} torch thread(s)"
+    )
+    _save(
+        config,
+        device,
+        rows,
+        probes,
+        hardware=hardware,
+        torch_version=torch.__version__,
+        wall_time_s=round(time.perf_counter() - start, 1),
+    )
 
 
-if __name__ == "__main__":
-    sys.exit(training_memory._worker(sys.argv[1:], build=build, module=MODULE))
+def assemble(profile: str, device: str, *, hardware: str, torch_version: str) -> None:
+    """Save a run's results from its checkpointed probes alone, running none.
+
+    For a full-profile run that was cut off (e.g. a lent GPU's time ran out): the probes it
+    finished are used as they are, the bisection of a method stops at its first missing probe,
+    and such rows say ``complete: false`` (their lot is a lower bound, or unknown). ``hardware``
+    and ``torch_version`` describe the machine the probes ran on (they are not in the probes).
+    """
+    config = PROFILES[profile].on(device)
+
+    def cached(name: str, width: int, method: Method, lot: int) -> dict[str, Any] | None:
+        path = _probe_path(config, device, name, method, lot)
+        return dict(json.loads(path.read_text())) if path.is_file() else None
+
+    rows, probes = sweep(config, device, cached)
+    _save(
+        config,
+        device,
+        rows,
+        probes,
+        hardware=hardware,
+        torch_version=torch_version,
+        wall_time_s=None,
+    )

@@ -37,7 +37,7 @@ import numpy as np
 from bench import training
 from bench.training import Cell
 from reproductions.bu2021_jl import config as paper
-from reproductions.common import FIGURES, load_results, save_results
+from reproductions.common import FIGURES, save_results
 
 STEM = "bu2021_jl_speed"
 TABLE = "speed-table"
@@ -399,126 +399,6 @@ def compute(profile: str = "quick") -> None:
         "paper_hardware": paper.PAPER_HARDWARE,
     }
     save_results(stem_for(device), config=config, rows=rows, extra=extra)
-
-
-# ----------------------------------------------------------------------------- plot and table
-
-
-def _label(row: dict[str, Any]) -> str:
-    names = {
-        "nonprivate": "non-private Adam",
-        "dp_adam_exact": "DP-Adam, exact (fast engine)",
-        "keras_nonprivate": "Keras non-private Adam",
-        "tf_privacy_vanilla": "TF Privacy vanilla DP-Adam",
-        "tf_privacy_vectorized": "TF Privacy 0.9 vectorized DP-Adam (extra row)",
-    }
-    if row["method"] == "dp_adam_jl":
-        return f"DP-Adam-JL, r = {row['r']}"
-    return str(names.get(row["method"], row["method"]))
-
-
-def _fmt(value: float | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:,.{digits}f}"
-
-
-def table_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
-    """Our rows, with the TF Privacy rows from the newest file (else those saved with ours).
-
-    A GPU run gets no TF Privacy rows: those are CPU timings, and ratios across devices mislead.
-    """
-    ours = [row for row in data["rows"] if row["source"] == "dpcore"]
-    if data.get("device", "cpu") != "cpu":
-        return ours
-    fresh = tf_privacy_rows()
-    return ours + (fresh or [row for row in data["rows"] if row["source"] == "tf_privacy"])
-
-
-def readme_table(data: dict[str, Any]) -> str:
-    """The paper-vs-ours Markdown table, from saved results only."""
-    rows = table_rows(data)
-    cross = data["crossover"]
-    lines = [
-        f"Profile **{data['config']['profile']}**, commit `{data['commit'][:12]}`, "
-        f"{data['hardware']}, torch {data['torch']}, wall time {data['wall_time_s']:.0f} s. "
-        f"Paper: {data['paper_hardware']}.",
-        "",
-        "| method | ours: s / epoch | ours: x non-private | paper: s / epoch | "
-        "paper: x non-private | how measured |",
-        "|---|---|---|---|---|---|",
-    ]
-    for row in rows:
-        how = (
-            f"extrapolated from {row['timed_steps']} lot{'s' if row['timed_steps'] != 1 else ''}"
-            if row["extrapolated"]
-            else "full epoch"
-        )
-        if row["source"] == "tf_privacy":
-            how += f"; TF Privacy run on {row['hardware']}"
-        if row["error"]:
-            how = f"failed: {row['error'][:80]}"
-        lines.append(
-            f"| {_label(row)} | {_fmt(row['seconds_per_epoch'])} "
-            f"| {_fmt(row['ratio_to_nonprivate'], 2)} | {_fmt(row['paper_seconds_per_epoch'], 0)} "
-            f"| {_fmt(row['paper_ratio_to_nonprivate'], 1)} | {how} |"
-        )
-    if not any(row["source"] == "tf_privacy" for row in rows):
-        missing = {"method": "tf_privacy_vanilla", "r": None}
-        columns = _paper_columns("tf_privacy_vanilla", None)
-        why = TF_PRIVACY_MISSING if data.get("device", "cpu") == "cpu" else TF_PRIVACY_NOT_ON_GPU
-        lines.append(
-            f"| {_label(missing)} | {why} | - "
-            f"| {_fmt(columns['paper_seconds_per_epoch'], 0)} "
-            f"| {_fmt(columns['paper_ratio_to_nonprivate'], 1)} | - |"
-        )
-    lines += [
-        "",
-        "Crossover: the smallest measured r at which DP-Adam-JL is slower than our exact DP-Adam "
-        f"is **{cross['first_slower_r'] if cross['first_slower_r'] is not None else 'none'}**; "
-        "a straight line through the JL times crosses the exact time at r = "
-        f"{cross['fitted_r'] if cross['fitted_r'] is not None else 'n/a'}.",
-    ]
-    return "\n".join(lines)
-
-
-def plot() -> None:
-    """``figures/bu2021_jl_speed[_cuda].png`` and the README tables of every saved device."""
-    for device in ("cpu", "cuda"):
-        if (FIGURES / f"{stem_for(device)}.json").is_file():
-            plot_device(device)
-
-
-def plot_device(device: str) -> None:
-    """Ratios to non-private, ours vs paper, of the run on ``device``; and its README table."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    stem = stem_for(device)
-    data = load_results(stem)
-    rows = [row for row in table_rows(data) if row["method"] != "keras_nonprivate"]
-    labels = [
-        _label(row).replace(", ", "\n")
-        + ("\n(paper: TF Privacy)" if row["method"] == "dp_adam_exact" else "")
-        for row in rows
-    ]
-    positions = np.arange(len(rows))
-    figure, axis = plt.subplots(figsize=(9, 4.2))
-    ours = [row["ratio_to_nonprivate"] or np.nan for row in rows]
-    theirs = [row["paper_ratio_to_nonprivate"] or np.nan for row in rows]
-    axis.bar(positions - 0.2, ours, 0.4, label=f"ours ({data['hardware']})")
-    axis.bar(positions + 0.2, theirs, 0.4, label="paper (P100, TensorFlow)")
-    axis.set_xticks(positions, labels, fontsize=7)
-    axis.set_yscale("log")
-    axis.set_ylabel("time per epoch / non-private")
-    axis.axhline(1.0, color="grey", lw=0.8)
-    axis.set_title(f"IMDb LSTM, lot 256 ({data['config']['profile']} profile)", fontsize=10)
-    axis.legend(fontsize=8)
-    axis.grid(alpha=0.3, axis="y", which="both")
-    figure.tight_layout()
-    figure.savefig(FIGURES / f"{stem}.png", dpi=150)
-    plt.close(figure)
-    paper.replace_between(paper.README, table_for(device), readme_table(data))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import pytest
 from bench.training import Cell
 from dpcore.errors import InvalidParameterError
 from dpcore.torch.models import tf_privacy_mnist_cnn
-from reproductions.bu2021_jl import memory
+from reproductions.bu2021_jl import memory, memory_report, memory_worker
 
 
 def _count(model: object) -> int:
@@ -75,7 +75,7 @@ def test_outcome_of_a_probe(measured: dict, device: str, expected: str) -> None:
     ],
 )
 def test_worker_steps_run(cell: Cell) -> None:
-    model, step = memory.build(cell, 4, "cpu")
+    model, step = memory_worker.build(cell, 4, "cpu")
     before = [p.detach().clone() for p in model.parameters()]
     step()
     assert any(not (b == p).all() for b, p in zip(before, model.parameters(), strict=True))
@@ -109,7 +109,7 @@ def test_readme_table_from_saved_results() -> None:
             row("dpsgd_jl", "DP-SGD-JL, r = 30", None, True, None),
         ],
     }
-    table = memory.readme_table(data)
+    table = memory_report.readme_table(data)
     assert "cap **1 GiB**" in table
     assert "| non-private SGD | >= 8,192 | 1 | 700 |" in table
     assert "| DP-SGD, exact (fast engine) | 4,096 | 0.5 | 700 |" in table
@@ -135,3 +135,48 @@ def test_worker_peak_memory_is_its_own_not_the_parents() -> None:
     )
     assert ballast.sum() > 0
     assert float(child.stdout.split()[-1]) < 500.0
+
+
+def test_cuda_runs_use_their_own_cap_ranges_and_stem() -> None:
+    quick = memory.PROFILES["quick"]
+    on_gpu = quick.on("cuda")
+    assert (on_gpu.cap_mb, on_gpu.small_log2, on_gpu.wide_log2) == (
+        quick.cuda_cap_mb,
+        quick.cuda_small_log2,
+        quick.cuda_wide_log2,
+    )
+    assert quick.on("cpu") is quick
+    assert memory.stem_for("cuda") == "bu2021_jl_memory_cuda" != memory.stem_for("cpu")
+    assert memory.table_for("cuda") == "memory-table-cuda"
+
+
+def test_sweep_stops_at_a_missing_probe_and_says_so() -> None:
+    """A run cut off mid-search: the finished probes count, the row is a lower bound."""
+    config = memory.MemoryConfig(
+        small_log2=(2, 6),
+        wide_log2=(2, 3),
+        methods=(memory.Method("nonprivate"), memory.Method("dpsgd_jl", 10)),
+    )
+    done = {
+        ("small", "nonprivate"): {4: "fits", 16: "fits", 32: "exceeds"},
+        ("small", "dpsgd_jl"): {4: "fits"},
+    }
+
+    def probe(name: str, width: int, method: memory.Method, lot: int) -> dict | None:
+        outcome = done.get((name, method.method), {}).get(lot)
+        if outcome is None:
+            return None
+        return {"batch_size": lot, "outcome": outcome, "peak_rss_mb": 1.0, "peak_gpu_mb": None}
+
+    rows, probes = memory.sweep(config, "cpu", probe)
+    by = {(row["model"], row["method"]): row for row in rows}
+    full = by[("small", "nonprivate")]
+    assert (full["largest_lot"], full["complete"], full["bounded_by_memory"]) == (16, True, True)
+    cut = by[("small", "dpsgd_jl")]
+    assert (cut["largest_lot"], cut["complete"], cut["bounded_by_memory"]) == (4, False, False)
+    assert cut["outcomes"] == "4: fits, 16: not run"
+    assert memory_report._lot_text(cut) == ">= 4 (cut off)"
+    never = by[("wide", "nonprivate")]
+    assert (never["largest_lot"], never["complete"]) == (None, False)
+    assert memory_report._lot_text(never) == "not run"
+    assert len(probes) == 4

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from bench.training import Cell
-from reproductions.bu2021_jl import speed
+from reproductions.bu2021_jl import speed, speed_report
 
 
 def test_extrapolation_is_mean_lot_time_times_lots() -> None:
@@ -55,34 +55,84 @@ def test_crossover_when_jl_is_always_slower_or_never() -> None:
     }
 
 
-def _tf_file(tmp_path: Path) -> Path:
+def _tf_file(tmp_path: Path, *, vectorized_failed: bool = False) -> Path:
+    """A results file in the format ``tf_privacy_baseline.compute`` writes."""
     path = tmp_path / "tf.json"
     rows = [
         {
             "method": "keras_nonprivate",
+            "seconds_per_step": 0.1,
             "seconds_per_epoch": 10.0,
             "extrapolated": False,
-            "hardware": "CPU",
+            "timed_steps": 98,
         },
         {
             "method": "tf_privacy_vanilla",
+            "seconds_per_step": 5.0,
             "seconds_per_epoch": 500.0,
             "extrapolated": True,
             "timed_steps": 3,
-            "hardware": "CPU",
         },
     ]
-    path.write_text(json.dumps({"rows": rows}))
+    errors = {"tf_privacy_vanilla@32": "MemoryError"}  # a lot-scaling probe: not a table row
+    if vectorized_failed:
+        errors["tf_privacy_vectorized"] = "RuntimeError: the worker exited with status -9"
+    payload = {
+        "hardware": "CPU X, 2 TensorFlow thread(s)",
+        "peak_rss_mb": {"keras_nonprivate": 900.0, "tf_privacy_vanilla": 23_000.0},
+        "errors": errors,
+        "rows": rows,
+    }
+    path.write_text(json.dumps(payload))
     return path
 
 
 def test_tf_privacy_rows_are_optional_and_use_their_own_reference(tmp_path: Path) -> None:
     assert speed.tf_privacy_rows(tmp_path / "absent.json") == []
     rows = speed.tf_privacy_rows(_tf_file(tmp_path))
-    vanilla = next(row for row in rows if row["method"] == "tf_privacy_vanilla")
+    assert [row["method"] for row in rows] == ["keras_nonprivate", "tf_privacy_vanilla"]
+    vanilla = rows[1]
     assert vanilla["ratio_to_nonprivate"] == pytest.approx(50.0)
     assert vanilla["source"] == "tf_privacy" and vanilla["extrapolated"] is True
     assert vanilla["paper_seconds_per_epoch"] == 19_317.0  # Bu et al. 2021, Table 2
+    assert vanilla["step_seconds_median"] == 5.0
+    # hardware and peak memory live at the file's top level
+    assert vanilla["hardware"] == "CPU X, 2 TensorFlow thread(s)"
+    assert vanilla["peak_rss_mb"] == 23_000.0
+    assert rows[0]["paper_seconds_per_epoch"] == 12.0  # Keras stands beside the paper's 12 s
+
+
+def test_a_failed_tf_privacy_method_is_a_row_with_its_error(tmp_path: Path) -> None:
+    rows = speed.tf_privacy_rows(_tf_file(tmp_path, vectorized_failed=True))
+    failed = rows[-1]
+    assert failed["method"] == "tf_privacy_vectorized"
+    assert failed["seconds_per_epoch"] is None and "status -9" in failed["error"]
+    # the vectorized optimizer is not in the paper: no paper value beside it
+    assert failed["paper_seconds_per_epoch"] is None
+
+
+def test_paper_rows_beside_ours() -> None:
+    """Bu et al. 2021, Table 2: our exact DP-Adam stands beside the paper's only exact row (TF
+    Privacy's vanilla DP-Adam); JL rows beside JL rows; nothing beside extra rows."""
+    assert speed._paper_key("nonprivate", None) == "nonprivate"
+    assert speed._paper_key("dp_adam_exact", None) == "tf_privacy_vanilla"
+    assert speed._paper_key("dp_adam_jl", 30) == "jl_30"
+    assert speed._paper_key("tf_privacy_vectorized", None) is None
+    assert speed._paper_columns("tf_privacy_vectorized", None)["paper_seconds_per_epoch"] is None
+
+
+def test_gpu_results_have_their_own_stem_and_no_tf_privacy_rows(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(speed, "TF_PRIVACY_JSON", _tf_file(tmp_path))
+    assert speed.stem_for("cuda") == "bu2021_jl_speed_cuda" != speed.stem_for("cpu")
+    assert speed.table_for("cuda") == "speed-table-cuda"
+    gpu = {**_results(), "device": "cuda"}
+    assert all(row["source"] == "dpcore" for row in speed_report.table_rows(gpu))
+    table = speed_report.readme_table(gpu)
+    assert speed.TF_PRIVACY_NOT_ON_GPU in table and "500.0" not in table
+    cpu = {**_results(), "device": "cpu"}
+    assert any(row["source"] == "tf_privacy" for row in speed_report.table_rows(cpu))
 
 
 def _results() -> dict:
@@ -120,7 +170,7 @@ def test_table_says_how_to_get_tf_privacy_when_missing(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setattr(speed, "TF_PRIVACY_JSON", tmp_path / "absent.json")
-    table = speed.readme_table(_results())
+    table = speed_report.readme_table(_results())
     assert speed.TF_PRIVACY_MISSING in table
     assert "| DP-Adam-JL, r = 1 | 80.0 | 2.29 | 41 | 3.4 | extrapolated from 5 lots |" in table
     assert "is **1**" in table
@@ -130,7 +180,7 @@ def test_table_includes_tf_privacy_rows_when_present(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setattr(speed, "TF_PRIVACY_JSON", _tf_file(tmp_path))
-    table = speed.readme_table(_results())
+    table = speed_report.readme_table(_results())
     assert speed.TF_PRIVACY_MISSING not in table
     assert "| TF Privacy vanilla DP-Adam | 500.0 | 50.00 | 19,317 |" in table
 
