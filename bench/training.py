@@ -475,10 +475,8 @@ def run(
         RuntimeError: ``device="cuda"`` on a machine where torch sees no CUDA device.
         ValueError: an unknown device or model.
     """
-    import torch
     from tqdm import tqdm
 
-    from dpcore.provenance import provenance
 
     check_device(device)
     unknown = sorted(set(models) - set(MODELS))
@@ -513,6 +511,40 @@ def run(
         seconds = row["step_seconds"]
         outcome = f"{seconds:.3f} s/step" if seconds is not None else f"error: {row['error']}"
         progress.write(f"{cell.label}: {outcome}"[:300])
+        # saved after every cell: a run stopped early (a time limit) keeps what it measured
+        _save(
+            results_dir,
+            rows,
+            quick=quick,
+            device=device,
+            threads=threads,
+            models=models,
+            wall_seconds=time.perf_counter() - started,
+            cells_total=len(todo),
+        )
+    return rows
+
+
+def _save(
+    results_dir: Path,
+    rows: list[dict[str, Any]],
+    *,
+    quick: bool,
+    device: str,
+    threads: int,
+    models: tuple[str, ...],
+    wall_seconds: float,
+    cells_total: int,
+) -> None:
+    """Ratios and goals of the rows so far; ``training.json`` and ``training.meta.json``.
+
+    ``cells_measured`` / ``cells_total`` in the meta say whether the run finished.
+    """
+    import torch
+
+    from dpcore.provenance import provenance
+
+    config = QUICK if quick else FULL
     for row in rows:
         reference = _reference(rows, row["model"])
         seconds = row["step_seconds"]
@@ -534,7 +566,9 @@ def run(
         device=device,
         device_name=torch.cuda.get_device_name() if device == "cuda" else None,
         date=datetime.date.today().isoformat(),
-        wall_seconds=time.perf_counter() - started,
+        wall_seconds=wall_seconds,
+        cells_measured=len(rows),
+        cells_total=cells_total,
         notes=[
             "torch.set_flush_denormal(True) in every worker, for every method alike: LSTM "
             "backward on CPU is ~3x slower on denormal floats without it.",
@@ -561,7 +595,6 @@ def run(
         },
     )
     (results_dir / "training.meta.json").write_text(json.dumps(meta, indent=2) + "\n")
-    return rows
 
 
 def _opacus_version() -> str | None:

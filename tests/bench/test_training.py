@@ -1,0 +1,35 @@
+"""The training benchmark's driver: results are saved after every cell, so a run stopped early
+(a lent GPU's time limit, a kill) keeps what it measured and says how far it got."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import training
+
+
+def test_results_are_saved_after_every_cell(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    calls: list[training.Cell] = []
+
+    def fake_cell(cell: training.Cell, **_: Any) -> dict[str, Any]:
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # the run is stopped during the fourth cell
+        calls.append(cell)
+        return {"step_seconds": 0.01 * len(calls), "peak_rss_mb": 100.0, "error": None}
+
+    monkeypatch.setattr(training, "_run_cell", fake_cell)
+    with pytest.raises(KeyboardInterrupt):
+        training.run(tmp_path, quick=True, models=("mnist_cnn",))
+    rows = json.loads((tmp_path / "training.json").read_text())
+    meta = json.loads((tmp_path / "training.meta.json").read_text())
+    assert [row["method"] for row in rows] == [cell.method for cell in calls]
+    assert rows[0]["method"] == "nonprivate" and rows[0]["ratio_to_nonprivate"] == 1.0
+    assert rows[2]["ratio_to_nonprivate"] == pytest.approx(3.0)
+    expected_total = len(training.cells(quick=True, models=("mnist_cnn",)))
+    assert (meta["cells_measured"], meta["cells_total"]) == (3, expected_total)
