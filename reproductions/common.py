@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import hashlib
+import importlib.util
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -59,3 +61,29 @@ def write_between_markers(readme: Path, start: str, end: str, table: str) -> boo
 def finite_or_none(value: float) -> float | None:
     """JSON has no infinity: an infinite epsilon is saved as null (plotted as missing)."""
     return None if value == float("inf") else float(value)
+
+
+def code_fingerprint(*modules: str) -> str:
+    """A short sha256 of the source of ``modules`` (a package counts all its ``.py`` files).
+
+    Cached results store it, so a change to the code that computed them (say a fix in an
+    accountant) invalidates the cache instead of silently reusing stale numbers.
+
+    Example:
+        >>> first = code_fingerprint("dpcore.pld", "dpcore.accountants.jl")
+        >>> len(first), first == code_fingerprint("dpcore.pld", "dpcore.accountants.jl")
+        (16, True)
+    """
+    digest = hashlib.sha256()
+    for name in modules:
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None:
+            raise ValueError(f"module {name!r} was not found")
+        if spec.submodule_search_locations:
+            files = sorted(Path(spec.origin).parent.rglob("*.py"))
+        else:
+            files = [Path(spec.origin)]
+        for path in files:
+            digest.update(path.name.encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]

@@ -33,11 +33,19 @@ from typing import Any
 from dpcore.accountants import GdpCltAccountant, JlAccountant, PldAccountant
 from dpcore.events import JLGaussianEvent, PoissonSampledEvent, dpsgd_event
 from reproductions.bu2021_jl import config as paper
-from reproductions.common import FIGURES, finite_or_none, load_results, save_results
+from reproductions.common import (
+    FIGURES,
+    code_fingerprint,
+    finite_or_none,
+    load_results,
+    save_results,
+)
 
 STEM = "bu2021_jl_epsilon"
 TABLE = "epsilon-table"
 CHECKPOINT_DIR = paper.CHECKPOINTS / STEM
+#: The code behind a cached epsilon: a change to any of it recomputes the cache.
+ACCOUNTANT_MODULES = ("dpcore.pld", "dpcore.accountants", "dpcore.events")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,9 +152,10 @@ def _checkpoint(config: EpsilonConfig, r: int) -> Path:
 def _jl_rows(config: EpsilonConfig, r: int, steps: list[int]) -> list[dict[str, Any]]:
     """Rows of one r, from the checkpoint when it covers these epochs (full runs resume)."""
     path = _checkpoint(config, r)
+    code = code_fingerprint(*ACCOUNTANT_MODULES)
     if path.is_file():
         cached = json.loads(path.read_text())
-        if cached.get("steps") == steps:
+        if cached.get("steps") == steps and cached.get("code") == code:
             return list(cached["rows"])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -164,7 +173,7 @@ def _jl_rows(config: EpsilonConfig, r: int, steps: list[int]) -> list[dict[str, 
         for epoch, count, (lower, upper) in zip(config.epochs, steps, intervals, strict=True)
     ]
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"steps": steps, "rows": rows}) + "\n")
+    path.write_text(json.dumps({"steps": steps, "code": code, "rows": rows}) + "\n")
     return rows
 
 

@@ -7,6 +7,8 @@ estimated norm's ratio sqrt(X / r), X ~ chi^2_r, concentrates at 1).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from reproductions.bu2021_jl.epsilon_vs_epochs import (
@@ -104,3 +106,28 @@ def test_readme_table_from_saved_results() -> None:
     assert "| DP-SGD-JL, r = 1 | [543, inf] | [1.48e+03, inf] |" in table
     assert "| DP-SGD-JL, r = 30 | [0.848, 0.902] | [2.71, 2.89] |" in table
     assert "epsilon after 20 epochs" in table
+
+
+def test_cached_epsilons_are_recomputed_when_the_accountant_changes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A cache written by older accountant code must not be reused (it once kept the figure on
+    a superseded JL accountant after a fix)."""
+    from reproductions.bu2021_jl import epsilon_vs_epochs as module
+
+    monkeypatch.setattr(module, "CHECKPOINT_DIR", tmp_path)
+    calls: list[int] = []
+
+    def fake_intervals(**kwargs: object) -> list[tuple[float, float]]:
+        calls.append(1)
+        return [(1.0, 2.0)] * len(kwargs["steps"])  # type: ignore[arg-type]
+
+    monkeypatch.setattr(module, "jl_epsilon_intervals", fake_intervals)
+    config = module.EpsilonConfig(epochs=(1, 2))
+    steps = [98, 196]
+    module._jl_rows(config, 10, steps)
+    module._jl_rows(config, 10, steps)
+    assert len(calls) == 1  # same code: the cache is used
+    monkeypatch.setattr(module, "code_fingerprint", lambda *modules: "changed")
+    module._jl_rows(config, 10, steps)
+    assert len(calls) == 2  # the accountant's source changed: recomputed
