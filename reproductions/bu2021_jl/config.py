@@ -86,3 +86,25 @@ def steps_for_epochs(
 def replace_between(path: Path, name: str, body: str) -> bool:
     """Replace the text between ``<!-- name:start -->`` and ``<!-- name:end -->`` in ``path``."""
     return write_between_markers(path, f"<!-- {name}:start -->", f"<!-- {name}:end -->", body)
+
+
+def device_stem(stem: str, device: str) -> str:
+    """Results stem of a run on ``device``: CPU and GPU runs are kept side by side.
+
+    Example:
+        >>> device_stem("bu2021_jl_speed", "cpu"), device_stem("bu2021_jl_speed", "cuda")
+        ('bu2021_jl_speed', 'bu2021_jl_speed_cuda')
+    """
+    return stem if device == "cpu" else f"{stem}_{device}"
+
+
+def device_marker(marker: str, device: str) -> str:
+    """README marker of the table of a run on ``device`` (``speed-table``, ``speed-table-cuda``)."""
+    return marker if device == "cpu" else f"{marker}-{device}"
+
+
+def saved_devices(stem: str) -> list[str]:
+    """The devices (of ``cpu``, ``cuda``) whose results of ``stem`` are saved in ``figures/``."""
+    from reproductions.common import FIGURES
+
+    return [d for d in ("cpu", "cuda") if (FIGURES / f"{device_stem(stem, d)}.json").is_file()]

@@ -117,18 +117,13 @@ PROFILES = {
 
 
 def stem_for(device: str) -> str:
-    """Results stem of a run on ``device`` (CPU and GPU results are kept side by side).
-
-    Example:
-        >>> stem_for("cpu"), stem_for("cuda")
-        ('bu2021_jl_memory', 'bu2021_jl_memory_cuda')
-    """
-    return STEM if device == "cpu" else f"{STEM}_{device}"
+    """Results stem of a run on ``device`` (:func:`.config.device_stem`: CPU and GPU apart)."""
+    return paper.device_stem(STEM, device)
 
 
 def table_for(device: str) -> str:
-    """README marker of the table of ``device``'s run."""
-    return TABLE if device == "cpu" else f"{TABLE}-{device}"
+    """README marker of the table of a run on ``device``."""
+    return paper.device_marker(TABLE, device)
 
 
 def largest_fitting(fits: Callable[[int], bool], low: int, high: int) -> int | None:

@@ -59,9 +59,8 @@ def readme_table(data: dict[str, Any]) -> str:
 
 def plot() -> None:
     """``figures/bu2021_jl_memory[_cuda].png`` and the README tables of every saved device."""
-    for device in ("cpu", "cuda"):
-        if (FIGURES / f"{stem_for(device)}.json").is_file():
-            plot_device(device)
+    for device in paper.saved_devices(stem_for("cpu")):
+        plot_device(device)
 
 
 def plot_device(device: str) -> None:

@@ -50,18 +50,13 @@ TF_PRIVACY_NOT_ON_GPU = "not timed on the GPU (`nox -s tfprivacy` runs on CPU; s
 
 
 def stem_for(device: str) -> str:
-    """Results stem of a run on ``device``: CPU and GPU runs are kept side by side.
-
-    Example:
-        >>> stem_for("cpu"), stem_for("cuda")
-        ('bu2021_jl_speed', 'bu2021_jl_speed_cuda')
-    """
-    return STEM if device == "cpu" else f"{STEM}_{device}"
+    """Results stem of a run on ``device`` (:func:`.config.device_stem`: CPU and GPU apart)."""
+    return paper.device_stem(STEM, device)
 
 
 def table_for(device: str) -> str:
-    """README marker of the table of a run on ``device`` (``speed-table``, ``speed-table-cuda``)."""
-    return TABLE if device == "cpu" else f"{TABLE}-{device}"
+    """README marker of the table of a run on ``device``."""
+    return paper.device_marker(TABLE, device)
 
 
 #: Adam's learning rate (the step time does not depend on it).
