@@ -26,6 +26,7 @@ from torch import nn
 from torch.nn import functional
 
 from dpcore.torch.errors import IncompatibleModelError
+from dpcore.torch.layers import native_rnn_kernel
 
 __all__ = ["decomposed_lstm_forward", "forward_mode_friendly"]
 
@@ -140,10 +141,5 @@ def forward_mode_friendly(
     if device.type != "cpu":
         yield
         return
-    # The public flags() context manager also resets TF32 settings (and warns).
-    previous = torch._C._get_mkldnn_enabled()
-    torch._C._set_mkldnn_enabled(False)
-    try:
+    with native_rnn_kernel():
         yield
-    finally:
-        torch._C._set_mkldnn_enabled(previous)

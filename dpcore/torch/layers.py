@@ -38,12 +38,14 @@ LSTMState = tuple[torch.Tensor, torch.Tensor]
 
 
 @contextlib.contextmanager
-def _native_rnn_kernel() -> Iterator[None]:
+def native_rnn_kernel() -> Iterator[None]:
     """Run RNNs with ATen's native CPU kernel instead of oneDNN's fused one.
 
     oneDNN's fused LSTM backward always computes the input-weight gradient (a 4H x 4H GEMM per
     time step here, for a frozen identity); the native kernel skips it. Measured 1.4x faster on
-    :class:`IdentityInputLSTM` (float32, one thread, batch 256, 150 steps, H = 64).
+    :class:`IdentityInputLSTM` (float32, one thread, batch 256, 150 steps, H = 64). The native
+    kernel also has forward-mode derivatives (:mod:`dpcore.torch.forward_mode`). Toggled through
+    the private switch because the public ``flags()`` context also resets TF32 settings (and warns).
     """
     enabled = torch._C._get_mkldnn_enabled()
     torch._C._set_mkldnn_enabled(False)
@@ -89,7 +91,7 @@ class IdentityInputLSTM(nn.LSTM):
         self.get_parameter("weight_ih_l0").requires_grad_(False)
 
     def forward(self, input: Any, hx: Any = None) -> Any:
-        with _native_rnn_kernel():
+        with native_rnn_kernel():
             return super().forward(input, hx)
 
 
