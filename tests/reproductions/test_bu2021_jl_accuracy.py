@@ -12,7 +12,7 @@ import torch
 
 import reproductions.common as common
 from dpcore.errors import InvalidParameterError
-from reproductions.bu2021_jl import accuracy
+from reproductions.bu2021_jl import accuracy, accuracy_report
 from reproductions.bu2021_jl.accuracy import AccuracyConfig
 
 #: A tiny configuration: 128 generated images, lots of 32, two seeds, JL with r = 2.
@@ -46,10 +46,11 @@ def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Figures, README and checkpoints of the module redirected into ``tmp_path``."""
     monkeypatch.setattr(common, "FIGURES", tmp_path)
     monkeypatch.setattr(accuracy, "FIGURES", tmp_path)
+    monkeypatch.setattr(accuracy_report, "FIGURES", tmp_path)
     monkeypatch.setattr(accuracy, "CHECKPOINTS", tmp_path / "checkpoints")
     readme = tmp_path / "README.md"
     readme.write_text("# x\n<!-- accuracy-table:start -->\nold\n<!-- accuracy-table:end -->\nend\n")
-    monkeypatch.setattr(accuracy, "README", readme)
+    monkeypatch.setattr(accuracy_report, "README", readme)
     return tmp_path
 
 

@@ -13,7 +13,7 @@ import torch
 import dpcore.data.text
 import reproductions.common as common
 from dpcore.torch.models import IMDbLSTM, imdb_lstm
-from reproductions.bu2021_jl import summary
+from reproductions.bu2021_jl import summary, summary_report, summary_setup
 from reproductions.bu2021_jl.summary import SummaryConfig
 
 #: 96 short reviews, lots of 24, 2 steps; JL with r = 2; a tiny LSTM (see ``small_model``).
@@ -46,15 +46,16 @@ def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Figures and README redirected into ``tmp_path``; a small LSTM instead of the paper's."""
     monkeypatch.setattr(common, "FIGURES", tmp_path)
     monkeypatch.setattr(summary, "FIGURES", tmp_path)
+    monkeypatch.setattr(summary_report, "FIGURES", tmp_path)
     monkeypatch.setattr(summary, "CHECKPOINTS", tmp_path / "checkpoints")
 
     def small_model(recurrent: str = "dplstm") -> IMDbLSTM:
         return imdb_lstm(50, 8, 8, recurrent=recurrent)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(summary, "imdb_lstm", small_model)
+    monkeypatch.setattr(summary_setup, "imdb_lstm", small_model)
     readme = tmp_path / "README.md"
     readme.write_text("a\n<!-- summary-table:start -->\n<!-- summary-table:end -->\nz\n")
-    monkeypatch.setattr(summary, "README", readme)
+    monkeypatch.setattr(summary_report, "README", readme)
     return tmp_path
 
 

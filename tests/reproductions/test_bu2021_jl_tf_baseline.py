@@ -19,6 +19,7 @@ import pytest
 import reproductions.common as common
 from dpcore.errors import InvalidParameterError
 from reproductions.bu2021_jl import tf_privacy_baseline as tfp
+from reproductions.bu2021_jl import tf_privacy_worker as tfw
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The row keys reproductions/bu2021_jl/speed.py reads from the saved file.
@@ -234,14 +235,14 @@ def test_checkpoints_depend_on_the_setup_not_on_the_number_of_lots() -> None:
 
 
 def test_worker_command_line_round_trip(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(tfp, "configure_tensorflow", lambda threads: {"threads_seen": threads})
-    monkeypatch.setattr(tfp, "time_method", fake_timer)
+    monkeypatch.setattr(tfw, "configure_tensorflow", lambda threads: {"threads_seen": threads})
+    monkeypatch.setattr(tfw, "time_method", fake_timer)
 
     class Model:
         def count_params(self) -> int:
             return 586_369
 
-    monkeypatch.setattr(tfp, "build_model", lambda config: Model())
+    monkeypatch.setattr(tfw, "build_model", lambda config: Model())
     data = tmp_path / "data.npz"
     np.savez(data, x=np.zeros((4, 150), np.int32), y=np.zeros(4, np.float32))
     config = dataclasses.replace(tfp.PROFILES["quick"], dp_lots=3, threads=2)

@@ -1,0 +1,148 @@
+"""Figure and README table of :mod:`reproductions.bu2021_jl.summary` (Bu et al. 2021, Fig. 1).
+
+Made from the saved results only: accuracy and epsilon from ``figures/bu2021_jl_summary.json``,
+seconds per epoch read from ``figures/bu2021_jl_speed.json`` (:func:`speed_rows`; without it the
+figure and table say to run ``bu2021_jl_speed`` first). Writes ``figures/bu2021_jl_summary.png``
+and the table between ``<!-- summary-table:start -->`` and ``<!-- summary-table:end -->`` of the
+folder's README.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reproductions.bu2021_jl import config as paper
+from reproductions.bu2021_jl.privacy_intervals import fmt_interval
+from reproductions.bu2021_jl.summary_setup import STEM
+from reproductions.common import FIGURES, load_results, write_between_markers
+
+SPEED_STEM = "bu2021_jl_speed"
+SPEED_MISSING = "run bu2021_jl_speed first"
+README = paper.README
+TABLE_START, TABLE_END = "<!-- summary-table:start -->", "<!-- summary-table:end -->"
+
+
+def speed_rows() -> dict[str, Any] | None:
+    """Seconds per epoch by ``(method key, r)`` from the speed results, or None if absent.
+
+    Only the file's own dpcore rows are used (not TF Privacy's, which it may also list).
+    """
+    if not (FIGURES / f"{SPEED_STEM}.json").is_file():
+        return None
+    data = load_results(SPEED_STEM)
+    table: dict[tuple[str, int | None], dict[str, Any]] = {}
+    for row in data.get("rows", []):
+        if row.get("source", "dpcore") == "dpcore" and row.get("seconds_per_epoch"):
+            table[(str(row.get("method")), row.get("r"))] = row
+    return {
+        "rows": table,
+        "profile": data.get("config", {}).get("profile"),
+        "commit": str(data.get("commit", "unknown"))[:12],
+    }
+
+
+def profile_label(data: dict[str, Any]) -> str:
+    """E.g. ``quick: 16 steps (0.16 epochs of 20), 2,000 test reviews``."""
+    config = data["config"]
+    return (
+        f"{config['profile']}: {config['steps']} steps "
+        f"({config['steps'] / data['steps_per_epoch']:.2g} epochs of {config['paper_epochs']}), "
+        f"{data['test_examples']:,} test reviews"
+    )
+
+
+def _eps(row: dict[str, Any], which: str = "run") -> str:
+    return "- (not private)" if row["privacy"] is None else fmt_interval(row["privacy"][which])
+
+
+def plot() -> None:
+    """figures/bu2021_jl_summary.png: accuracy vs seconds per epoch, points annotated with eps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    data = load_results(STEM)
+    speed = speed_rows()
+    figure, axis = plt.subplots(figsize=(6.8, 4.4))
+    for index, row in enumerate(data["rows"]):
+        timed = None if speed is None else speed["rows"].get((row["key"], row["r"]))
+        x = index if timed is None else timed["seconds_per_epoch"]
+        axis.plot(x, row["test_accuracy"], "o", ms=7, label=row["method"])
+        axis.annotate(
+            "not private" if row["privacy"] is None else f"eps {_eps(row)}",
+            (x, row["test_accuracy"]),
+            fontsize=7,
+            xytext=(4, 4),
+            textcoords="offset points",
+        )
+    if speed is None:
+        axis.set_xticks(range(len(data["rows"])))
+        axis.set_xticklabels([row["method"] for row in data["rows"]], rotation=20, fontsize=7)
+        axis.set_xlabel(f"method (seconds per epoch: {SPEED_MISSING})")
+    else:
+        axis.set_xscale("log")
+        axis.xaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+        axis.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        axis.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        axis.set_xlabel(
+            f"seconds per epoch (from {SPEED_STEM}, {speed['profile']} profile, "
+            f"commit {speed['commit']})"
+        )
+    config = data["config"]
+    axis.margins(x=0.2, y=0.15)
+    axis.set_ylabel("test accuracy")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=7, loc="best")
+    axis.set_title(
+        f"Bu et al. 2021 Fig. 1-style summary, IMDb LSTM -- {profile_label(data)}\n"
+        f"sigma={config['noise_multiplier']:g}, C={config['max_grad_norm']:g}, "
+        f"L={config['lot_size']}, Adam lr={config['learning_rate']:g}, "
+        f"delta={config['delta']:g}; eps after the steps run",
+        fontsize=8,
+    )
+    figure.tight_layout()
+    figure.savefig(FIGURES / f"{STEM}.png", dpi=150)
+    plt.close(figure)
+    write_between_markers(README, TABLE_START, TABLE_END, readme_table(data, speed))
+
+
+def readme_table(data: dict[str, Any], speed: dict[str, Any] | None) -> str:
+    """Accuracy, seconds per epoch (from the speed results) and epsilon per method."""
+    config = data["config"]
+    source = (
+        SPEED_MISSING
+        if speed is None
+        else f"from `{SPEED_STEM}` ({speed['profile']} profile, commit `{speed['commit']}`)"
+    )
+    lines = [
+        f"Profile **{profile_label(data)}**; commit `{data['commit'][:12]}`, wall time "
+        f"{data['wall_time_s']:.0f} s ({data['hardware']}); sigma = "
+        f"{config['noise_multiplier']:g}, delta = {config['delta']:g}. Seconds per epoch: "
+        f"{source}. *Assumptions*: sigma, C and {config['paper_epochs']} epochs are the shared "
+        "values of `config.py` (not verified against the paper), Adam's learning rate "
+        f"{config['learning_rate']:g} is Keras' default. Epsilon: certified interval, tight "
+        f"PLD for DP-Adam, the JL accountant ({config['jl_bins']} shift-law bins, worst case "
+        "of the paper's Thm 4.1) for DP-Adam-JL. The paper's Figure 1 values were not "
+        "transcribed. A quick run trains a fraction of an epoch: its accuracies are near "
+        "chance and say nothing about the paper's converged ones.",
+        "",
+        f"| method | test acc. after {config['steps']} steps | s / epoch | x non-private "
+        f"| eps after {config['steps']} steps | eps after {config['paper_epochs']} epochs |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in data["rows"]:
+        timed = None if speed is None else speed["rows"].get((row["key"], row["r"]))
+        seconds = "-" if speed is None else "not timed"
+        ratio = "-"
+        if timed is not None:
+            note = " (extrapolated)" if timed.get("extrapolated") else ""
+            seconds = f"{timed['seconds_per_epoch']:.3g}{note}"
+            if timed.get("ratio_to_nonprivate"):
+                ratio = f"{timed['ratio_to_nonprivate']:.2g}"
+        lines.append(
+            f"| {row['method']} | {row['test_accuracy']:.3f} | {seconds} | {ratio} "
+            f"| {_eps(row)} | {_eps(row, 'paper_schedule')} |"
+        )
+    return "\n".join(lines)

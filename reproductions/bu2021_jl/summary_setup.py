@@ -1,0 +1,195 @@
+"""Setup of the Fig. 1-style summary of Bu et al. 2021 (:mod:`reproductions.bu2021_jl.summary`).
+
+The profiles (:class:`SummaryConfig`, :data:`PROFILES`), the methods compared (non-private Adam,
+exact DP-Adam, DP-Adam-JL per r), the non-private Adam stand-in with :class:`DPTrainer`'s
+checkpoint interface (:class:`NonPrivateAdam`), IMDb as tensors (:func:`load_data`) and one
+fresh model and optimizer per method (:func:`make_trainer`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from dpcore.torch.models import imdb_lstm
+from dpcore.torch.samplers import PoissonSampler
+from dpcore.torch.training import DPTrainer
+from reproductions.bu2021_jl import config as paper
+from reproductions.bu2021_jl.training_loop import Trainable
+
+STEM = "bu2021_jl_summary"
+
+
+@dataclasses.dataclass(frozen=True)
+class SummaryConfig:
+    """One profile of the summary (quick by default: a few steps, r in {1, 5})."""
+
+    profile: str = "quick"
+    jl_dimensions: tuple[int, ...] = (1, 5)
+    seed: int = 0
+    #: Steps per method (the same for all) and evaluation interval.
+    steps: int = 24
+    eval_every: int = 24
+    paper_epochs: int = paper.IMDB_EPOCHS
+    dataset_size: int = paper.IMDB_TRAIN_SIZE
+    lot_size: int = paper.IMDB_LOT
+    #: Adam's learning rate (assumption: Keras' default).
+    learning_rate: float = 1e-3
+    noise_multiplier: float = paper.NOISE_MULTIPLIER
+    max_grad_norm: float = paper.MAX_GRAD_NORM
+    delta: float = paper.DELTA
+    #: Test reviews evaluated, a seeded random subset (None: all 25,000).
+    test_size: int | None = 2000
+    #: Shift-law bins of the JL accountant (400 is its default).
+    jl_bins: int = 50
+    checkpoint: bool = False
+    #: torch threads while training (None: torch's default); see the accuracy module.
+    threads: int | None = 1
+
+
+PROFILES = {
+    "quick": SummaryConfig(),
+    "full": SummaryConfig(
+        profile="full",
+        jl_dimensions=paper.TABLE2_JL_DIMENSIONS,
+        steps=paper.steps_for_epochs(paper.IMDB_EPOCHS),
+        eval_every=98,
+        test_size=None,
+        jl_bins=400,
+        checkpoint=True,
+        threads=None,
+    ),
+}
+
+#: ``(label, method key of the speed file, r)``; the keys are :mod:`.speed`'s row names.
+Method = tuple[str, str, int | None]
+
+
+def methods(config: SummaryConfig) -> list[Method]:
+    """Non-private Adam, exact DP-Adam, then DP-Adam-JL per r."""
+    return [
+        ("Adam (non-private)", "nonprivate", None),
+        ("DP-Adam (exact)", "dp_adam_exact", None),
+        *((f"DP-Adam-JL r={r}", "dp_adam_jl", r) for r in config.jl_dimensions),
+    ]
+
+
+class NonPrivateAdam:
+    """Plain Adam on shuffled lots of exactly ``lot_size`` (last partial lot of a pass dropped),
+    with the checkpoint interface of :class:`DPTrainer` so :func:`run_training` can drive it."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        inputs: torch.Tensor,
+        targets: torch.Tensor,
+        *,
+        lr: float,
+        lot_size: int,
+        seed: int,
+    ) -> None:
+        self.model, self.inputs, self.targets, self.lot_size = model, inputs, targets, lot_size
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+        self.loss_fn = nn.BCEWithLogitsLoss()
+        self.generator = torch.Generator().manual_seed(seed)
+        self.order = torch.empty(0, dtype=torch.long)
+        self.position = 0
+        self.steps = 0
+
+    @property
+    def steps_done(self) -> int:
+        return self.steps
+
+    def step(self) -> float:
+        """One Adam step on the next lot; returns its mean loss."""
+        if self.position + self.lot_size > len(self.order):
+            self.order = torch.randperm(len(self.inputs), generator=self.generator)
+            self.position = 0
+        lot = self.order[self.position : self.position + self.lot_size]
+        self.position += self.lot_size
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.loss_fn(self.model(self.inputs[lot]), self.targets[lot])
+        loss.backward()
+        self.optimizer.step()
+        self.steps += 1
+        return float(loss.detach())
+
+    def save_checkpoint(self, path: str | Path) -> None:
+        state = {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "generator": self.generator.get_state(),
+            "order": self.order,
+            "position": self.position,
+            "steps": self.steps,
+        }
+        temporary = Path(path).with_suffix(".tmp")
+        torch.save(state, temporary)
+        temporary.replace(path)
+
+    def load_checkpoint(self, path: str | Path) -> None:
+        state = torch.load(Path(path), weights_only=True)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.generator.set_state(state["generator"])
+        self.order, self.position, self.steps = state["order"], state["position"], state["steps"]
+
+
+Data = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def load_data(config: SummaryConfig) -> Data:
+    """IMDb token ids and float labels; the test set optionally a seeded random subset.
+
+    The test split is stored negatives first, so a subset must be random, not a prefix.
+    """
+    from dpcore.data.text import imdb_sequences
+
+    x_train, y_train, x_test, y_test = imdb_sequences()
+    if config.test_size is not None:
+        keep = np.random.default_rng(12345).permutation(len(x_test))[: config.test_size]
+        x_test, y_test = x_test[keep], y_test[keep]
+    return (
+        torch.as_tensor(x_train, dtype=torch.long),
+        torch.as_tensor(y_train, dtype=torch.float32),
+        torch.as_tensor(x_test, dtype=torch.long),
+        torch.as_tensor(y_test, dtype=torch.float32),
+    )
+
+
+def make_trainer(
+    config: SummaryConfig, method: Method, inputs: torch.Tensor, targets: torch.Tensor
+) -> Trainable:
+    """A fresh model and its optimizer: plain Adam, exact DP-Adam or DP-Adam-JL."""
+    _, key, r = method
+    torch.manual_seed(config.seed)
+    model = imdb_lstm(recurrent="dplstm" if key == "dp_adam_exact" else "lstm")
+    if key == "nonprivate":
+        return NonPrivateAdam(
+            model,
+            inputs,
+            targets,
+            lr=config.learning_rate,
+            lot_size=config.lot_size,
+            seed=config.seed,
+        )
+    return DPTrainer.dp_adam(
+        model,
+        lr=config.learning_rate,
+        inputs=inputs,
+        targets=targets,
+        loss_fn=nn.BCEWithLogitsLoss(reduction="none"),
+        noise_multiplier=config.noise_multiplier,
+        max_grad_norm=config.max_grad_norm,
+        sampler=PoissonSampler(
+            len(inputs), sampling_probability=config.lot_size / len(inputs), seed=config.seed
+        ),
+        engine="jl" if r is not None else "fast",
+        jl_dimension=r,
+        seed=10_000 + config.seed,
+    )
