@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from dpcore.errors import InvalidParameterError
+from reproductions.bu2021_jl import config as paper
 from reproductions.bu2021_jl.accuracy_report import (
     TABLE_END,
     TABLE_START,
@@ -59,7 +60,13 @@ from reproductions.bu2021_jl.privacy_intervals import (
     method_privacy,
     step_event,
 )
-from reproductions.bu2021_jl.training_loop import Trainable, cpu_settings, evaluate, run_training
+from reproductions.bu2021_jl.training_loop import (
+    Trainable,
+    cpu_settings,
+    evaluate,
+    hardware_label,
+    run_training,
+)
 from reproductions.common import FIGURES, save_results
 
 __all__ = [
@@ -104,9 +111,10 @@ def compute(
 ) -> None:
     """Train every method for every seed; save rows, per-method summary and privacy statements."""
     config = config or PROFILES[profile]
-    data = (data_loader or load_data)(config)
+    device = torch.device(paper.default_device())  # CUDA when present (or $DPCORE_DEVICE)
+    data = tuple(part.to(device) for part in (data_loader or load_data)(config))
     with cpu_settings(config.threads):
-        _compute(config, data)
+        _compute(config, data)  # type: ignore[arg-type]
 
 
 def _compute(config: AccuracyConfig, data: Data) -> None:
@@ -172,7 +180,7 @@ def _compute(config: AccuracyConfig, data: Data) -> None:
         rows=rows,
         extra={
             "seeds": list(config.seeds),
-            "hardware": f"{torch.get_num_threads()} torch thread(s) on a shared CPU",
+            "hardware": hardware_label(x_train.device),
             "torch": torch.__version__,
             "wall_time_s": round(time.perf_counter() - wall, 1),
             "steps_per_epoch": steps_per_epoch(config),

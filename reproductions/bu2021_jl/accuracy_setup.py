@@ -125,7 +125,7 @@ def make_trainer(
 ) -> DPTrainer:
     """DP-SGD (engine ``fast``) or DP-SGD-JL (engine ``jl``, r directions) on a fresh CNN."""
     torch.manual_seed(seed)
-    model = tf_privacy_mnist_cnn()
+    model = tf_privacy_mnist_cnn().to(inputs.device)  # where the data is
     return DPTrainer.dp_sgd(
         model,
         lr=config.learning_rate,

@@ -54,7 +54,7 @@ from reproductions.bu2021_jl.summary_setup import (
     make_trainer,
     methods,
 )
-from reproductions.bu2021_jl.training_loop import cpu_settings, run_training
+from reproductions.bu2021_jl.training_loop import cpu_settings, hardware_label, run_training
 from reproductions.common import FIGURES, save_results
 
 __all__ = [
@@ -94,9 +94,10 @@ def compute(
     backward on CPU is several times slower on them.
     """
     config = config or PROFILES[profile]
-    data = (data_loader or load_data)(config)
+    device = torch.device(paper.default_device())  # CUDA when present (or $DPCORE_DEVICE)
+    data = tuple(part.to(device) for part in (data_loader or load_data)(config))
     with cpu_settings(config.threads, flush_denormal=True):
-        _compute(config, data)
+        _compute(config, data)  # type: ignore[arg-type]
 
 
 def _compute(config: SummaryConfig, data: Data) -> None:
@@ -163,7 +164,7 @@ def _compute(config: SummaryConfig, data: Data) -> None:
         rows=rows,
         extra={
             "seed": config.seed,
-            "hardware": f"{torch.get_num_threads()} torch thread(s) on a shared CPU",
+            "hardware": hardware_label(x_train.device),
             "torch": torch.__version__,
             "wall_time_s": round(time.perf_counter() - wall, 1),
             "steps_per_epoch": per_epoch,

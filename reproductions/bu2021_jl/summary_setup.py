@@ -168,7 +168,7 @@ def make_trainer(
     """A fresh model and its optimizer: plain Adam, exact DP-Adam or DP-Adam-JL."""
     _, key, r = method
     torch.manual_seed(config.seed)
-    model = imdb_lstm(recurrent="dplstm" if key == "dp_adam_exact" else "lstm")
+    model = imdb_lstm(recurrent="dplstm" if key == "dp_adam_exact" else "lstm").to(inputs.device)
     if key == "nonprivate":
         return NonPrivateAdam(
             model,

@@ -22,6 +22,13 @@ from torch import nn
 from dpcore.torch.training import accuracy as batch_accuracy
 
 
+def hardware_label(device: torch.device) -> str:
+    """What ran the training, for the saved results: the GPU's name, or the CPU threads."""
+    if device.type == "cuda":
+        return f"{torch.cuda.get_device_name(device)} (CUDA)"
+    return f"{torch.get_num_threads()} torch thread(s) on a shared CPU"
+
+
 def evaluate(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> float:
     """Test accuracy in batches of 1,000 (argmax of class scores, sign of a single logit)."""
     model.eval()
