@@ -281,3 +281,25 @@ def test_verification_runs_once_and_passes_on_supported_models() -> None:
     loss_fn = nn.CrossEntropyLoss(reduction="none")
     engine.clipped_sum(inputs, targets, loss_fn)
     assert engine._verified
+
+
+def test_first_lot_reference_is_taken_in_ieee_float32(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cuDNN convolutions default to TF32; autograd's reference gradient for the first-lot check
+    must be taken in IEEE float32 (a TF32 reference refused a correct CNN at lot 262,144 on an
+    H100). The precision in force during the reference backward is recorded here."""
+    seen: list[str] = []
+    original = torch.autograd.grad
+
+    def recording_grad(*args: object, **kwargs: object) -> object:
+        seen.append(torch.backends.cudnn.conv.fp32_precision)
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Flatten(), nn.Linear(2 * 4 * 4, 3))
+    engine = FastEngine(model, max_grad_norm=1.0)
+    monkeypatch.setattr(torch.autograd, "grad", recording_grad)
+    engine.clipped_sum(
+        torch.randn(4, 1, 6, 6), torch.tensor([0, 1, 2, 0]), nn.CrossEntropyLoss(reduction="none")
+    )
+    assert "ieee" in seen
+    assert torch.backends.cudnn.conv.fp32_precision == "tf32"  # restored afterwards
