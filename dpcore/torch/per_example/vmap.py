@@ -1,7 +1,8 @@
 """Exact per-example gradients for any module with ``torch.func`` (vmap over grad).
 
 ``nn.LSTM`` works under vmap only in float32 on CPU with oneDNN on (PyTorch's native LSTM path
-has no batching rule for its in-place state updates); for float64 use the fast engine's
+has no batching rule for its in-place state updates, cuDNN's none at all: recurrent layers are
+refused on CUDA, :func:`check_vmappable`); for float64 or CUDA use the fast engine's
 :class:`~dpcore.torch.layers.DPLSTM` path. Materialises a ``(batch, *shape)`` gradient per
 parameter, so memory grows with ``batch x parameters``; ``chunk_size`` trades speed for memory.
 This is the reference engine: it works for every differentiable module whose examples are
@@ -17,6 +18,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
+from dpcore.torch.errors import IncompatibleModelError
 from dpcore.torch.per_example.base import (
     ClippedBatch,
     LossFunction,
@@ -28,6 +30,26 @@ from dpcore.torch.per_example.base import (
 from dpcore.validation import check_count
 
 __all__ = ["VmapEngine", "per_example_gradients"]
+
+
+def check_vmappable(model: nn.Module, device: torch.device) -> None:
+    """Refuse recurrent layers on CUDA: cuDNN's RNN kernels cannot run under vmap (PyTorch fails
+    with "Cannot access data pointer of Tensor that doesn't have storage", seen on an H100).
+
+    Raises:
+        IncompatibleModelError: a ``nn.RNNBase`` layer in ``model`` and ``device`` is CUDA.
+    """
+    if device.type != "cuda":
+        return
+    recurrent = sorted(
+        {name or type(m).__name__ for name, m in model.named_modules() if isinstance(m, nn.RNNBase)}
+    )
+    if recurrent:
+        raise IncompatibleModelError(
+            f"VmapEngine cannot vmap the recurrent layer(s) {recurrent} on CUDA (cuDNN's RNN "
+            "kernels have no batching rule); use FastEngine with dpcore.torch.layers.DPLSTM, "
+            "the JL engine, or run on CPU"
+        )
 
 
 def per_example_gradients(
@@ -107,6 +129,7 @@ class VmapEngine(PerExampleEngine):
     def _clipped_sum(
         self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction
     ) -> ClippedBatch:
+        check_vmappable(self.model, inputs.device)
         gradients, losses, outputs = per_example_gradients(
             self.model, inputs, targets, loss_fn, chunk_size=self.chunk_size
         )

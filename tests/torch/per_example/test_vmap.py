@@ -106,3 +106,16 @@ def test_chunked_vmap_equals_unchunked() -> None:
     )
     for a, b in zip(whole.summed, chunked.summed, strict=True):
         torch.testing.assert_close(a, b)
+
+
+def test_recurrent_layers_are_refused_on_cuda_only() -> None:
+    """cuDNN's LSTM fails under vmap on CUDA with an opaque error (seen on an H100); the engine
+    names the layer instead. Checked through the device argument (no GPU needed)."""
+    from dpcore.torch.errors import IncompatibleModelError
+    from dpcore.torch.per_example.vmap import check_vmappable
+
+    model = nn.Sequential(nn.Embedding(10, 4), nn.LSTM(4, 4, batch_first=True))
+    check_vmappable(model, torch.device("cpu"))
+    with pytest.raises(IncompatibleModelError, match=r"\['1'\].*CUDA"):
+        check_vmappable(model, torch.device("cuda"))
+    check_vmappable(nn.Linear(3, 2), torch.device("cuda"))
