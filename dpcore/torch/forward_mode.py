@@ -111,7 +111,9 @@ def forward_mode_friendly(
     restored on exit.
 
     Raises:
-        IncompatibleModelError: a recurrent layer other than ``nn.LSTM`` on CUDA.
+        IncompatibleModelError: a recurrent layer other than ``nn.LSTM`` on CUDA, or an
+            ``nn.LSTM`` in training mode with inter-layer dropout there (on CPU the native,
+            oneDNN and decomposed recurrences draw the same masks from torch's generator).
     """
     recurrent = [module for module in model.modules() if isinstance(module, nn.RNNBase)]
     decompose = device.type == "cuda" if decompose_lstm is None else decompose_lstm
@@ -127,6 +129,14 @@ def forward_mode_friendly(
                 "decomposes only nn.LSTM); use nn.LSTM or run the JL engine on CPU"
             )
         lstms = [module for module in recurrent if isinstance(module, nn.LSTM)]
+        dropping = [m for m in lstms if m.training and m.dropout > 0 and m.num_layers > 1]
+        if device.type == "cuda" and dropping:
+            raise IncompatibleModelError(
+                "nn.LSTM with dropout between its layers, training, on CUDA: cuDNN draws those "
+                "masks from its own state, so the decomposed recurrence could not replay them and "
+                "the clipped gradient would not be the one whose norm was estimated; use "
+                "dropout=0 (nn.Dropout between single-layer LSTMs is replayed exactly) or the CPU"
+            )
         own = [module.__dict__.get("forward") for module in lstms]  # instance overrides, if any
         for module in lstms:
             module.forward = types.MethodType(decomposed_lstm_forward, module)  # type: ignore[method-assign]

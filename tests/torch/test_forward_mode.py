@@ -117,3 +117,27 @@ def test_packed_sequences_and_projections_are_refused() -> None:
         decomposed_lstm_forward(lstm, packed)
     with pytest.raises(IncompatibleModelError, match="proj_size"):
         decomposed_lstm_forward(nn.LSTM(3, 4, proj_size=2), torch.randn(5, 2, 3))
+
+
+def test_inter_layer_dropout_is_replayed_on_cpu_and_refused_on_cuda() -> None:
+    """The JL engine estimates norms in one pass and clips in another; both must draw the same
+    dropout masks. On CPU the fused (oneDNN), native and decomposed LSTMs all draw inter-layer
+    masks from torch's generator (checked here); on CUDA cuDNN keeps its own dropout state, so
+    that configuration is refused (checked through the device argument, no GPU needed)."""
+    torch.manual_seed(0)
+    lstm = nn.LSTM(4, 8, num_layers=2, dropout=0.5, batch_first=True).double().train()
+    x = torch.randn(3, 5, 4, dtype=torch.float64)
+    state = torch.get_rng_state()
+    fused = lstm(x)[0]
+    torch.set_rng_state(state)
+    decomposed = decomposed_lstm_forward(lstm, x)[0]
+    torch.testing.assert_close(decomposed, fused, rtol=1e-12, atol=1e-12)
+    with (
+        pytest.raises(IncompatibleModelError, match="dropout"),
+        forward_mode_friendly(lstm, torch.device("cuda")),
+    ):
+        pass
+    lstm.eval()  # no masks in eval mode: allowed
+    with forward_mode_friendly(lstm, torch.device("cuda")):
+        assert "forward" in lstm.__dict__
+    assert "forward" not in lstm.__dict__
