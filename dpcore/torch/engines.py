@@ -1,19 +1,88 @@
-"""Choosing a per-example clipping engine by name."""
+"""Choosing a per-example clipping engine by name; ``auto`` chooses on trial lots."""
 
 from __future__ import annotations
 
+import warnings
+
+import torch
 from torch import nn
 
 from dpcore.errors import InvalidParameterError
+from dpcore.torch.errors import EngineFallbackWarning, IncompatibleModelError
 from dpcore.torch.noise import NoiseSource
-from dpcore.torch.per_example.base import NonFinitePolicy, PerExampleEngine
+from dpcore.torch.per_example.base import (
+    ClippedBatch,
+    LossFunction,
+    NonFinitePolicy,
+    PerExampleEngine,
+)
+from dpcore.torch.per_example.fast import FastEngine
 from dpcore.torch.per_example.jl import JLEngine
 from dpcore.torch.per_example.vmap import VmapEngine
 
-__all__ = ["ENGINE_NAMES", "make_engine"]
+__all__ = ["ENGINE_NAMES", "AutoEngine", "make_engine"]
 
-#: ``auto`` picks ``fast`` when every trainable layer has a fast-path handler, else ``vmap``.
+#: ``auto`` uses ``fast`` when the model passes the fast path's trial lots, else ``vmap``.
 ENGINE_NAMES = ("auto", "fast", "vmap", "jl")
+
+
+class AutoEngine(PerExampleEngine):
+    """The fast engine where it is exact for the model, else the vmap engine.
+
+    The choice is made once, by :meth:`prepare` (trial lots whose sizes differ from every
+    dimension of the model, :mod:`dpcore.torch.per_example.trial`), so it does not depend on the
+    lot size: a model accepted here trains at every lot size, empty lots included. When the
+    fast path refuses the model, an :class:`~dpcore.torch.errors.EngineFallbackWarning` names the
+    parameter that forced the vmap engine. A model that no engine accepts (its examples interact)
+    raises :class:`~dpcore.torch.errors.IncompatibleModelError`.
+
+    Not prepared explicitly, it prepares on its first non-empty lot (with that lot's examples).
+    """
+
+    def __init__(
+        self, model: nn.Module, *, max_grad_norm: float, nonfinite: NonFinitePolicy = "raise"
+    ) -> None:
+        super().__init__(model, max_grad_norm=max_grad_norm, nonfinite=nonfinite)
+        self.chosen: PerExampleEngine | None = None
+
+    @property  # type: ignore[override]
+    def name(self) -> str:
+        """The chosen engine's name (``"auto"`` before the choice)."""
+        return "auto" if self.chosen is None else self.chosen.name
+
+    def prepare(self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction) -> None:
+        fast = FastEngine(self.model, max_grad_norm=self.max_grad_norm, nonfinite=self.nonfinite)
+        try:
+            fast.prepare(inputs, targets, loss_fn)
+            chosen: PerExampleEngine = fast
+        except IncompatibleModelError as error:
+            names = getattr(error, "parameters", None)
+            if names is None:  # not about one parameter (examples interact): no engine can
+                raise
+            vmap = VmapEngine(self.model, max_grad_norm=self.max_grad_norm, nonfinite=self.nonfinite)
+            vmap.prepare(inputs, targets, loss_fn)
+            warnings.warn(
+                f"engine='auto' trains this model with the vmap engine (exact, slower): the fast "
+                f"path cannot attribute parameter {names[0]!r} to examples ({error})",
+                EngineFallbackWarning,
+                stacklevel=3,
+            )
+            chosen = vmap
+        if not chosen.prepared:  # no finite example to try on yet
+            return
+        self.chosen = chosen
+        self.prepared = True
+
+    def _clipped_sum(
+        self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction
+    ) -> ClippedBatch:
+        if self.chosen is None:
+            raise IncompatibleModelError(
+                "engine='auto' has not found an example with a finite loss to choose an engine "
+                "on; the lot's losses are all NaN or infinite"
+            )
+        self.chosen.max_grad_norm = self.max_grad_norm
+        return self.chosen.clipped_sum(inputs, targets, loss_fn)
 
 
 def make_engine(
@@ -27,6 +96,10 @@ def make_engine(
 ) -> PerExampleEngine:
     """Build the named engine for ``model``.
 
+    Every engine checks the model on trial lots before its first lot
+    (:meth:`~dpcore.torch.per_example.base.PerExampleEngine.prepare`; call it with a few
+    training examples to have any refusal before training starts).
+
     Args:
         model: the model to train.
         engine: one of :data:`ENGINE_NAMES`.
@@ -35,8 +108,6 @@ def make_engine(
         directions: the JL engine's source of random directions.
         nonfinite: policy for NaN/inf per-example gradients.
     """
-    from dpcore.torch.per_example.fast import FastEngine, fast_path_supports
-
     if engine not in ENGINE_NAMES:
         raise InvalidParameterError("engine", f"in {ENGINE_NAMES}", engine)
     if (engine == "jl") != (jl_dimension is not None):
@@ -51,6 +122,8 @@ def make_engine(
             directions=directions,
             nonfinite=nonfinite,
         )
-    if engine == "fast" or (engine == "auto" and fast_path_supports(model)):
+    if engine == "fast":
         return FastEngine(model, max_grad_norm=max_grad_norm, nonfinite=nonfinite)
-    return VmapEngine(model, max_grad_norm=max_grad_norm, nonfinite=nonfinite)
+    if engine == "vmap":
+        return VmapEngine(model, max_grad_norm=max_grad_norm, nonfinite=nonfinite)
+    return AutoEngine(model, max_grad_norm=max_grad_norm, nonfinite=nonfinite)

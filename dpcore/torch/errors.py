@@ -19,3 +19,11 @@ class NonFiniteGradientError(DPCoreError, FloatingPointError):
     engines raise this by default; ``nonfinite="zero"`` drops such examples instead, which is
     privacy-safe (a dropped example contributes 0, within the sensitivity C).
     """
+
+
+class EngineFallbackWarning(UserWarning):
+    """``engine="auto"`` could not use the fast path for a model and trains it with ``vmap``.
+
+    The message names the parameter that forced the choice; the result is exact either way,
+    only slower.
+    """

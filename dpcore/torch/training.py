@@ -74,7 +74,8 @@ class DPTrainer:
         noise_multiplier: sigma > 0.
         max_grad_norm: the clipping norm C > 0.
         sampler: a :class:`PoissonSampler` (default analysis) or a :class:`ShuffledBatchSampler`.
-        engine: ``"auto"``, ``"fast"``, ``"vmap"`` or ``"jl"``.
+        engine: ``"auto"``, ``"fast"``, ``"vmap"`` or ``"jl"``; every engine is checked on trial
+            lots built from the first examples at construction (``auto`` chooses there).
         jl_dimension: r for ``engine="jl"``.
         noise: the noise source (default seeded from ``seed``).
         seed: seeds the noise and the JL directions when their sources are not given.
@@ -124,6 +125,9 @@ class DPTrainer:
             directions=directions,
             nonfinite=nonfinite,
         )
+        pool = min(inputs.shape[0], self.engine.TRIAL_POOL)
+        if pool:  # refuse an incompatible model now, not at some later lot
+            self.engine.prepare(inputs[:pool], targets[:pool], loss_fn)
         self.optimizer = DPOptimizer(
             optimizer,
             engine=self.engine,

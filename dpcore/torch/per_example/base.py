@@ -19,6 +19,14 @@ from torch import nn
 from dpcore.errors import InvalidParameterError
 from dpcore.torch.compat import check_independent_examples
 from dpcore.torch.errors import IncompatibleModelError, NonFiniteGradientError
+from dpcore.torch.per_example.trial import (
+    LossFunction,
+    check_examples_independent,
+    finite_examples,
+    per_example_losses,
+    trial_lot,
+    trial_sizes,
+)
 from dpcore.validation import check_positive
 
 __all__ = [
@@ -30,8 +38,6 @@ __all__ = [
     "per_example_losses",
 ]
 
-LossFunction = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-"""``loss_fn(outputs, targets)`` returning one loss per example, shape ``(batch,)``."""
 
 NonFinitePolicy = Literal["raise", "zero"]
 
@@ -84,21 +90,6 @@ def clip_factors(
     return torch.where(finite, scale, torch.zeros_like(scale))
 
 
-def per_example_losses(
-    loss_fn: LossFunction, outputs: torch.Tensor, targets: torch.Tensor, batch_size: int
-) -> torch.Tensor:
-    """Call ``loss_fn`` and check that it returns one loss per example (``reduction='none'``)."""
-    losses = loss_fn(outputs, targets)
-    if not isinstance(losses, torch.Tensor) or losses.shape != (batch_size,):
-        shape = tuple(losses.shape) if isinstance(losses, torch.Tensor) else losses
-        raise InvalidParameterError(
-            "loss_fn",
-            f"to return per-example losses of shape ({batch_size},) (use reduction='none')",
-            shape,
-        )
-    return losses
-
-
 class PerExampleEngine(abc.ABC):
     """Computes the sum of clipped per-example gradients of a model's trainable parameters.
 
@@ -113,6 +104,9 @@ class PerExampleEngine(abc.ABC):
     """
 
     name: str = ""
+
+    #: Examples of the first lot used to prepare an engine that was not prepared explicitly.
+    TRIAL_POOL = 16
 
     def __init__(
         self,
@@ -130,6 +124,44 @@ class PerExampleEngine(abc.ABC):
         self.named_parameters = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         if not self.named_parameters:
             raise IncompatibleModelError("The model has no trainable parameter to clip.")
+        self.prepared = False
+
+    def prepare(self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction) -> None:
+        """Check the model on two trial lots built from these examples, once, before training.
+
+        The trial lots' sizes differ from every dimension of the model's tensors
+        (:func:`~dpcore.torch.per_example.trial.trial_sizes`); on each, the examples must not
+        interact (:func:`~dpcore.torch.per_example.trial.check_examples_independent`) and the
+        engine must agree with a one-example-at-a-time autograd loop (engine-specific). An
+        engine not prepared explicitly prepares itself on its first non-empty lot.
+
+        Args:
+            inputs: one or more examples (a few distinct ones are best), batch-first.
+            targets: their targets.
+            loss_fn: the per-example loss used in training.
+
+        Raises:
+            IncompatibleModelError: the model mixes examples, or this engine does not compute
+                its per-example gradients exactly (the message names the parameter).
+        """
+        if inputs.shape[0] < 1 or inputs.shape[0] != targets.shape[0]:
+            raise InvalidParameterError(
+                "inputs", "at least one example, with as many targets", inputs.shape[0]
+            )
+        finite = finite_examples(self.model, inputs, targets, loss_fn)
+        if not finite:
+            return  # nothing to try on: the next non-empty lot prepares (it contributes 0 or raises)
+        inputs, targets = inputs[finite], targets[finite]
+        for size in trial_sizes(self.model, inputs, targets, loss_fn):
+            lot, lot_targets = trial_lot(inputs, targets, size)
+            check_examples_independent(self.model, lot, lot_targets, loss_fn)
+            self._check_trial(lot, lot_targets, loss_fn)
+        self.prepared = True
+
+    def _check_trial(  # noqa: B027
+        self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction
+    ) -> None:
+        """Engine-specific comparison with the loop on one trial lot (default: none)."""
 
     @property
     def parameters(self) -> list[nn.Parameter]:
@@ -156,6 +188,8 @@ class PerExampleEngine(abc.ABC):
                 losses=empty,
                 outputs=None,
             )
+        if not self.prepared:
+            self.prepare(inputs[: self.TRIAL_POOL], targets[: self.TRIAL_POOL], loss_fn)
         return self._clipped_sum(inputs, targets, loss_fn)
 
     @abc.abstractmethod

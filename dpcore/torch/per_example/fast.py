@@ -10,11 +10,15 @@ cheaper, "mixed ghost clipping") and, once the clip factors ``c_i = min(1, C / |
 (Bu, Mao, Zha, Karypis 2023, book-keeping (BK) DP). The per-layer rules are in
 :mod:`dpcore.torch.per_example.layer_handlers`.
 
-Requirements: every trainable parameter belongs to a module with a handler (Linear, Conv1d,
-Conv2d, Embedding, LayerNorm, GroupNorm, RMSNorm, :class:`~dpcore.torch.layers.DPLSTM`), is used
-only through that module's forward (not functionally by a parent), and is not tied to another
-module; layers are batch-first; a supported layer's output is not modified in place. Models
-outside this set use :class:`~dpcore.torch.per_example.vmap.VmapEngine`.
+Which calls carry examples is decided from the data flow of every forward
+(:mod:`dpcore.torch.per_example.dataflow`), never from a tensor's shape. Requirements: every
+trainable parameter is used either through a module with a handler (Linear, Conv1d, Conv2d,
+Embedding, LayerNorm, GroupNorm, RMSNorm, :class:`~dpcore.torch.layers.DPLSTM`) called on example
+data, or batch-independently and meeting the examples through ``+``, ``-``, ``*`` or
+``torch.cat`` (:mod:`dpcore.torch.per_example.independent`), or both (tied weights); layers called
+on example data are batch-first; a recorded tensor is not modified in place. Anything else is
+refused with the parameter's name, and ``engine="auto"`` then trains on
+:class:`~dpcore.torch.per_example.vmap.VmapEngine`.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._pytree import tree_leaves
 
 from dpcore.errors import InvalidParameterError
 from dpcore.torch.compat import check_independent_examples
@@ -40,6 +45,8 @@ from dpcore.torch.per_example.base import (
     clip_factors,
     per_example_losses,
 )
+from dpcore.torch.per_example.dataflow import BatchDataflow, Meeting
+from dpcore.torch.per_example.independent import independent_rows, refuse_unsupported
 from dpcore.torch.per_example.layer_handlers import (
     ConvHandler,
     LayerCall,
@@ -48,8 +55,16 @@ from dpcore.torch.per_example.layer_handlers import (
     NormalizationHandler,
     NormStrategy,
     ParameterTerm,
+    materialized_term,
 )
 from dpcore.torch.per_example.sequence_handlers import EmbeddingHandler, IdentityInputLSTMHandler
+from dpcore.torch.per_example.trial import (
+    close,
+    compare_with_loop,
+    eval_mode,
+    loop_gradients,
+    mismatch,
+)
 
 __all__ = ["HANDLERS", "FastEngine", "fast_path_supports", "handler_for", "register_handler"]
 
@@ -78,59 +93,51 @@ def register_handler(module_type: type[nn.Module], handler: LayerHandler) -> Non
 
 @dataclasses.dataclass
 class _Layer:
-    """A module with trainable parameters, its handler, and its calls in the current forward."""
+    """A module with trainable parameters, its handler, and its batched calls in this forward."""
 
     path: str
     module: nn.Module
     handler: LayerHandler
     trainable: dict[str, nn.Parameter]
     calls: list[tuple[LayerCall, tuple[int, ...]]] = dataclasses.field(default_factory=list)
+    batched: list[bool] = dataclasses.field(default_factory=list)
 
 
 def _plan(model: nn.Module) -> list[_Layer]:
-    """The supported layers owning the model's trainable parameters.
+    """The modules with a handler that own trainable parameters (checked for configuration).
+
+    Parameters of other modules, or used outside their module, are not refused here: the forward's
+    data flow decides whether they are used batch-independently (handled exactly) or not.
 
     Raises:
-        IncompatibleModelError: a trainable parameter belongs to a module without a handler, or
-            is shared by two modules (tied weights), or a module's configuration is unsupported.
+        IncompatibleModelError: a handled module's configuration is unsupported.
     """
-    owners: dict[int, str] = {}
     layers = []
-    for path, module in model.named_modules():
+    for path, module in model.named_modules(remove_duplicate=False):
         trainable = {n: p for n, p in module.named_parameters(recurse=False) if p.requires_grad}
-        if not trainable:
+        handler = handler_for(module)
+        if not trainable or handler is None or any(layer.module is module for layer in layers):
             continue
         where = path or "<root>"
-        for name, parameter in trainable.items():
-            if id(parameter) in owners:
-                raise IncompatibleModelError(
-                    f"Parameter {where}.{name} is shared with module {owners[id(parameter)]!r} "
-                    "(tied weights); the fast path cannot split its per-example gradient between "
-                    "modules. Use VmapEngine (exact, any module) instead."
-                )
-            owners[id(parameter)] = where
-        handler = handler_for(module)
-        if handler is None:
-            raise IncompatibleModelError(
-                f"Module {where!r} ({type(module).__name__}) has trainable parameters "
-                f"{sorted(trainable)}, which the exact fast path does not support (it handles "
-                "Linear, Conv1d, Conv2d, Embedding, LayerNorm, GroupNorm, RMSNorm and DPLSTM). "
-                "Use VmapEngine (exact, any module) instead, or build the layer from supported "
-                "ones (e.g. attention from nn.Linear, dpcore.torch.layers.DPLSTM for nn.LSTM)."
-            )
         handler.check(module, where, set(trainable))
         layers.append(_Layer(where, module, handler, trainable))
     return layers
 
 
 def fast_path_supports(model: nn.Module) -> bool:
-    """Whether :class:`FastEngine` accepts ``model`` (for an automatic choice of engine)."""
+    """Whether every trainable parameter belongs to a module with a fast-path handler.
+
+    A static hint only: the fast path also handles parameters used batch-independently
+    (positions, CLS tokens), and whether a model is accepted is decided on trial lots
+    (:meth:`FastEngine.prepare`).
+    """
     try:
         check_independent_examples(model)
-        _plan(model)
+        layers = _plan(model)
     except IncompatibleModelError:
         return False
-    return True
+    handled = {id(p) for layer in layers for p in layer.trainable.values()}
+    return all(id(p) in handled for p in model.parameters() if p.requires_grad)
 
 
 @contextlib.contextmanager
@@ -164,25 +171,44 @@ def _versions(call: LayerCall) -> tuple[int, ...]:
     return tuple(t._version for t in tensors)
 
 
+@dataclasses.dataclass
+class _Pass:
+    """One forward and output-only backward: per-parameter terms, by parameter name."""
+
+    outputs: torch.Tensor
+    losses: torch.Tensor
+    terms: dict[str, ParameterTerm]
+    reference: list[torch.Tensor] | None
+
+
 class FastEngine(PerExampleEngine):
     """Exact clipping from ghost norms and book-keeping: one forward, one output-only backward.
 
+    Which layer calls carry the lot's examples is established from the forward's data flow
+    (:mod:`~dpcore.torch.per_example.dataflow`), never from a shape: a call on example data uses
+    its layer's handler; a parameter used batch-independently (a position table, a CLS token or
+    prompt expanded over the lot, a table through a Linear) gets its exact per-example gradient
+    from where it meets the examples (:mod:`~dpcore.torch.per_example.independent`); a parameter
+    reached any other way is refused by name. A parameter used in several places (tied
+    embeddings, a module called from two paths) has its per-example gradients materialised and
+    summed, so its norm is the norm of its whole gradient.
+
     Args:
-        model: a model whose trainable parameters all belong to supported layers (see the module
-            docstring); checked at construction.
+        model: the model; its examples must be independent.
         max_grad_norm: the clipping norm C > 0.
         nonfinite: ``"raise"`` (default) or ``"zero"`` for NaN/inf per-example gradients.
         norm_strategy: for sequence/convolution layers, ``"auto"`` (per layer, the cheaper of the
             Gram-matrix ghost norm and the materialised per-example gradient), ``"ghost"`` or
             ``"materialize"`` (forced; both exact).
-        verify: on the first lot with finite gradients, check that the handlers' unclipped sum
-            equals autograd's gradient of ``sum_i loss_i`` for every parameter (one extra
-            backward, once). This catches what hooks cannot see, such as a parent module using
-            a child's weight directly, which would otherwise leave part of a gradient unclipped.
+        verify: on the first lot with finite gradients, check that the unclipped sum equals
+            autograd's gradient of ``sum_i loss_i`` for every parameter, and that the per-example
+            norms of three examples equal a batch-of-one autograd pass (eval mode), once. This
+            backs up the trial lots of :meth:`prepare` on the lot size actually trained with.
 
     Raises:
-        IncompatibleModelError: a trainable parameter is in an unsupported module (the message
-            names its path and type), or is tied between modules.
+        IncompatibleModelError: at :meth:`prepare` (or the first lot), naming the parameter:
+            it is used in a way the fast path has no exact rule for, or the engine disagrees
+            with a one-example-at-a-time autograd loop.
 
     Example:
         >>> import torch
@@ -217,92 +243,170 @@ class FastEngine(PerExampleEngine):
         self.verify = bool(verify)
         self._verified = not self.verify
 
-    def _record(
-        self, layer: _Layer, module: nn.Module, args: Any, kwargs: Any, output: Any
-    ) -> None:
-        call = layer.handler.capture(module, args, kwargs, output)
-        layer.calls.append((call, _versions(call)))
+    # -- the forward, with the data flow followed -------------------------------------------
 
-    @staticmethod
-    def _require_input_grad(module: nn.Module, args: Any, kwargs: Any) -> Any:
-        """Make the module's input a graph leaf that requires grad if it does not already."""
-        if args and isinstance(args[0], torch.Tensor) and not args[0].requires_grad:
-            return (args[0].detach().requires_grad_(), *args[1:]), kwargs
+    def _before(self, layer: _Layer, dataflow: BatchDataflow, module: nn.Module, args: Any, kwargs: Any) -> Any:
+        batched = any(dataflow.is_batched(t) for t in tree_leaves((args, kwargs)))
+        layer.batched.append(batched)
+        if not batched:
+            return None
+        dataflow.enter_layer()
+        if layer.handler.target_is_input and args and isinstance(args[0], torch.Tensor):
+            if not args[0].requires_grad:  # the handler's target must be a graph node
+                return (args[0].detach().requires_grad_(), *args[1:]), kwargs
         return None
+
+    def _after(
+        self, layer: _Layer, dataflow: BatchDataflow, module: nn.Module, args: Any, kwargs: Any, output: Any
+    ) -> None:
+        if layer.batched.pop():
+            dataflow.exit_layer()
+            call = layer.handler.capture(module, args, kwargs, output)
+            layer.calls.append((call, _versions(call)))
 
     def _forward(
         self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor, BatchDataflow]:
+        dataflow = BatchDataflow((inputs, targets), self.named_parameters)
         handles = []
         for layer in self._layers:
-            layer.calls = []
-            if layer.handler.target_is_input:
-                handles.append(
-                    layer.module.register_forward_pre_hook(
-                        self._require_input_grad, with_kwargs=True
-                    )
-                )
-            hook = functools.partial(self._record, layer)
-            handles.append(layer.module.register_forward_hook(hook, with_kwargs=True))
+            layer.calls, layer.batched = [], []
+            before = functools.partial(self._before, layer, dataflow)
+            after = functools.partial(self._after, layer, dataflow)
+            handles.append(layer.module.register_forward_pre_hook(before, with_kwargs=True))
+            handles.append(layer.module.register_forward_hook(after, with_kwargs=True))
         try:
-            with torch.enable_grad():
+            with torch.enable_grad(), dataflow:
                 outputs = self.model(inputs)
                 losses = per_example_losses(loss_fn, outputs, targets, inputs.shape[0])
         finally:
             for handle in handles:
                 handle.remove()
-        return outputs, losses
+        return outputs, losses, dataflow
 
-    def _clipped_sum(
-        self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction
-    ) -> ClippedBatch:
+    def _pass(
+        self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction, *, reference: bool
+    ) -> _Pass:
+        """Forward, one backward to the recorded tensors, and every parameter's term."""
         batch_size = inputs.shape[0]
         try:
-            outputs, losses = self._forward(inputs, targets, loss_fn)
-            reference = self._reference_gradients(losses)
-            backprops = self._backprops(losses, batch_size)
-            terms: dict[int, list[ParameterTerm]] = {}
+            outputs, losses, dataflow = self._forward(inputs, targets, loss_fn)
+            refuse_unsupported(dataflow.meetings, batch_size)
+            expected = self._reference_gradients(losses) if reference else None
+            backprops = self._backprops(losses, batch_size, dataflow.meetings)
+            found: dict[str, list[ParameterTerm]] = {}
+            names = {id(p): n for n, p in self.named_parameters}
             for layer in self._layers:
                 if layer.calls:
                     pairs = [(call, backprops[id(call.target)]) for call, _ in layer.calls]
-                    terms[id(layer)] = layer.handler.terms(
+                    for term in layer.handler.terms(
                         layer.module,
                         pairs,
                         path=layer.path,
                         batch_size=batch_size,
                         trainable=set(layer.trainable),
                         strategy=self.norm_strategy,
-                    )
+                    ):
+                        name = names[id(layer.trainable[term.name])]
+                        found.setdefault(name, []).append(term)
+            parameters = dict(self.named_parameters)
+            for name, rows in independent_rows(
+                dataflow.meetings, backprops, dataflow, parameters
+            ).items():
+                found.setdefault(name, []).append(
+                    materialized_term(name, rows, parameters[name].shape)
+                )
         finally:
             for layer in self._layers:
-                layer.calls = []
+                layer.calls, layer.batched = [], []
+        terms = {}
+        for name, parameter in self.named_parameters:
+            listed = found.get(name, [])
+            if len(listed) == 1:
+                terms[name] = listed[0]
+            elif listed:  # used in several places: the norm is of the summed gradient
+                total = sum((term.rows() for term in listed[1:]), listed[0].rows())
+                terms[name] = materialized_term(name, total, parameter.shape)
+        return _Pass(outputs, losses, terms, expected)
+
+    def _clipped_sum(
+        self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction
+    ) -> ClippedBatch:
+        batch_size = inputs.shape[0]
+        first = not self._verified
+        result = self._pass(inputs, targets, loss_fn, reference=first)
         dtype = self.parameters[0].dtype
-        squared = torch.zeros(batch_size, dtype=dtype, device=losses.device)
-        for layer_terms in terms.values():
-            for term in layer_terms:
-                squared = squared + term.squared_norms.to(dtype)
+        squared = torch.zeros(batch_size, dtype=dtype, device=result.losses.device)
+        for term in result.terms.values():
+            squared = squared + term.squared_norms.to(dtype)
         norms = squared.sqrt()
         factors = clip_factors(norms, max_grad_norm=self.max_grad_norm, nonfinite=self.nonfinite)
         keep = factors > 0
         mask = None if bool(keep.all()) else keep
-        if reference is not None:
-            self._check_against(reference, terms)
-        summed = {id(p): torch.zeros_like(p) for p in self.parameters}
-        for layer in self._layers:
-            for term in terms.get(id(layer), []):
-                parameter = layer.trainable[term.name]
-                summed[id(parameter)] = term.weighted_sum(factors, mask).to(parameter.dtype)
+        if result.reference is not None and self._check_against(result.reference, result.terms):
+            self._check_norms(inputs, targets, loss_fn)
+            self._verified = True
+        summed = []
+        for name, parameter in self.named_parameters:
+            term = result.terms.get(name)
+            summed.append(
+                torch.zeros_like(parameter)
+                if term is None
+                else term.weighted_sum(factors, mask).to(parameter.dtype)
+            )
         return ClippedBatch(
-            [summed[id(p)] for p in self.parameters],
-            norms.detach(),
-            factors,
-            losses.detach(),
-            outputs.detach(),
+            summed, norms.detach(), factors, result.losses.detach(), result.outputs.detach()
         )
 
+    # -- checks ------------------------------------------------------------------------------
+
+    def _check_trial(
+        self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction
+    ) -> None:
+        """Every parameter's per-example squared norms and clipped sum equal the loop's."""
+        with eval_mode(self.model), _ieee_float32():
+            terms = self._pass(inputs, targets, loss_fn, reference=False).terms
+            compare_with_loop(
+                self,
+                inputs,
+                targets,
+                loss_fn,
+                {name: term.squared_norms for name, term in terms.items()},
+                lambda factors: {n: t.weighted_sum(factors, None) for n, t in terms.items()},
+            )
+
+    def _check_norms(
+        self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction
+    ) -> None:
+        """Per-example norms of three examples of this lot equal batch-of-one autograd passes."""
+        batch_size = inputs.shape[0]
+        examples = sorted({0, batch_size // 2, batch_size - 1})
+        with eval_mode(self.model), _ieee_float32():
+            result = self._pass(inputs, targets, loss_fn, reference=False)
+            loop, _ = loop_gradients(
+                self.model, inputs, targets, loss_fn, self.parameters, examples
+            )
+        dtype = self.parameters[0].dtype
+        total = float(sum(g.double().square().sum() for row in loop for g in row))
+        for j, (name, _) in enumerate(self.named_parameters):
+            term = result.terms.get(name)
+            found = (
+                torch.zeros(len(examples), dtype=dtype)
+                if term is None
+                else term.squared_norms[examples].cpu()
+            )
+            expected = torch.stack([row[j].square().sum() for row in loop]).cpu()
+            if not close(found, expected, dtype, scale=total):
+                raise mismatch(
+                    f"On this lot of {batch_size}, the per-example gradient norms of parameter "
+                    f"{name!r} differ from batch-of-one autograd passes (examples {examples}). "
+                    "Use VmapEngine (exact, any module) instead.",
+                    [name],
+                )
+
     def _reference_gradients(self, losses: torch.Tensor) -> list[torch.Tensor] | None:
-        """Autograd's gradient of ``sum_i loss_i`` on the first finite lot if ``verify``."""
-        if self._verified or not bool(torch.isfinite(losses).all()):
+        """Autograd's gradient of ``sum_i loss_i`` if the lot's losses are finite."""
+        if not bool(torch.isfinite(losses).all()):
             return None
         with _ieee_float32():
             gradients = torch.autograd.grad(
@@ -314,35 +418,35 @@ class FastEngine(PerExampleEngine):
         ]
 
     def _check_against(
-        self, reference: list[torch.Tensor], terms: dict[int, list[ParameterTerm]]
-    ) -> None:
-        """Raise if the handlers' unclipped sum misses part of autograd's gradient."""
-        ours = {id(p): torch.zeros_like(p) for p in self.parameters}
-        batch_size = None
-        for layer in self._layers:
-            for term in terms.get(id(layer), []):
-                batch_size = term.squared_norms.shape[0]
-                ones = torch.ones(
-                    batch_size, dtype=term.squared_norms.dtype, device=term.squared_norms.device
-                )
-                ours[id(layer.trainable[term.name])] = term.weighted_sum(ones, None)
+        self, reference: list[torch.Tensor], terms: dict[str, ParameterTerm]
+    ) -> bool:
+        """Raise if the unclipped sum misses part of autograd's gradient; False if not finite."""
         if not all(bool(torch.isfinite(g).all()) for g in reference):
-            return  # try again on a later lot
-        tolerance = 1e-6 if self.parameters[0].dtype == torch.float64 else 1e-3
+            return False  # try again on a later lot
+        dtype = self.parameters[0].dtype
+        total = float(sum(g.double().square().sum() for g in reference)) ** 0.5
         for (name, parameter), expected in zip(self.named_parameters, reference, strict=True):
-            found = ours[id(parameter)].to(expected.dtype)
-            scale = float(expected.norm()) + float(found.norm())
-            if float((found - expected).norm()) > tolerance * scale + 1e-12:
-                raise IncompatibleModelError(
-                    f"Parameter {name!r} receives gradient that its module's forward hooks do not "
-                    "see (e.g. a parent module uses it functionally, or a layer type is "
-                    "subclassed with a different forward), so the fast path could not clip it. "
-                    "Use VmapEngine (exact, any module) instead."
+            term = terms.get(name)
+            if term is None:
+                found = torch.zeros_like(parameter)
+            else:
+                ones = torch.ones_like(term.squared_norms)
+                found = term.weighted_sum(ones, None).to(expected.dtype)
+            rtol = None if dtype == torch.float64 else 1e-3
+            if not close(found, expected, dtype, rtol=rtol, scale=total):
+                raise mismatch(
+                    f"Parameter {name!r} receives gradient that the fast path does not see (an "
+                    "operation it cannot follow, or a layer type subclassed with a different "
+                    "forward), so it could not clip it. Use VmapEngine (exact, any module) "
+                    "instead.",
+                    [name],
                 )
-        self._verified = True
+        return True
 
-    def _backprops(self, losses: torch.Tensor, batch_size: int) -> dict[int, torch.Tensor]:
-        """``d(sum_i loss_i) / d(target)`` for every recorded call's target, by one backward."""
+    def _backprops(
+        self, losses: torch.Tensor, batch_size: int, meetings: list[Meeting]
+    ) -> dict[int, torch.Tensor]:
+        """``d(sum_i loss_i) / d(target)`` for every recorded target, by one backward."""
         targets: dict[int, torch.Tensor] = {}
         for layer in self._layers:
             for call, versions in layer.calls:
@@ -356,21 +460,17 @@ class FastEngine(PerExampleEngine):
                 if call.target.dim() < 1 or call.target.shape[0] != batch_size:
                     raise IncompatibleModelError(
                         f"Module {layer.path!r} ({type(layer.module).__name__}) produced a tensor "
-                        f"of shape {tuple(call.target.shape)}, whose first dimension is not the "
-                        f"batch size {batch_size}; the fast path needs batch-first layers. Use "
-                        "VmapEngine instead."
+                        f"of shape {tuple(call.target.shape)} from the lot's examples, whose first "
+                        f"dimension is not the lot size {batch_size}; the fast path needs "
+                        "batch-first layers. Use VmapEngine instead."
                     )
                 targets[id(call.target)] = call.target
+        for meeting in meetings:
+            targets[id(meeting.output)] = meeting.output
         tensors = list(targets.values())
-        gradients = torch.autograd.grad(
-            losses.sum(),
-            [t for t in tensors if t.requires_grad],
-            allow_unused=True,
-        )
-        found = {
-            id(t): g
-            for t, g in zip([t for t in tensors if t.requires_grad], gradients, strict=True)
-        }
+        needed = [t for t in tensors if t.requires_grad]
+        gradients = torch.autograd.grad(losses.sum(), needed, allow_unused=True, retain_graph=True)
+        found = {id(t): g for t, g in zip(needed, gradients, strict=True)}
         result = {}
         for tensor in tensors:  # an output the loss does not use has a zero gradient
             gradient = found.get(id(tensor))

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 
 import torch
 from torch import nn
-from torch.func import functional_call, jvp, vmap
+from torch.func import jvp, vmap
 
 from dpcore.torch.forward_mode import forward_mode_friendly
 from dpcore.torch.noise import NoiseSource, SeededGaussianNoise
@@ -35,6 +35,8 @@ from dpcore.torch.per_example.base import (
     clip_factors,
     per_example_losses,
 )
+from dpcore.torch.per_example.stateless import functional_call_restoring
+from dpcore.torch.per_example.trial import close, eval_mode, loop_gradients, mismatch
 from dpcore.validation import check_count
 
 __all__ = ["JLEngine"]
@@ -109,20 +111,30 @@ class JLEngine(PerExampleEngine):
         Torch's random state is restored afterwards, so a following forward pass draws the same
         dropout masks as the projections did.
         """
+        return self._project(inputs, targets, loss_fn, self._draw_directions())
+
+    def _project(
+        self,
+        inputs: torch.Tensor,
+        targets: torch.Tensor,
+        loss_fn: LossFunction,
+        tangents: dict[str, torch.Tensor],
+    ) -> torch.Tensor:
+        """``P[j, i] = <g_i, v_j>`` for the directions ``tangents`` (``(r, *shape)`` each)."""
         trainable = {n: p.detach() for n, p in self.named_parameters}
         frozen = {n: p.detach() for n, p in self.model.named_parameters() if not p.requires_grad}
         buffers = dict(self.model.named_buffers())
         batch = inputs.shape[0]
 
         def losses_of(params: dict[str, torch.Tensor]) -> torch.Tensor:
-            outputs = functional_call(self.model, (params, frozen, buffers), (inputs,))
+            outputs = functional_call_restoring(self.model, (params, frozen, buffers), (inputs,))
             return per_example_losses(loss_fn, outputs, targets, batch)
 
         def one_direction(tangent: dict[str, torch.Tensor]) -> torch.Tensor:
             projection: torch.Tensor = jvp(losses_of, (trainable,), (tangent,))[1]
             return projection
 
-        tangents = self._draw_directions()
+        directions = next(iter(tangents.values())).shape[0]
         device = self.parameters[0].device
         rng = _rng_state(device)
         try:
@@ -135,19 +147,63 @@ class JLEngine(PerExampleEngine):
                         if "randomness" not in str(error):
                             raise
                 rows = []
-                for j in range(self.jl_dimension):
+                for j in range(directions):
                     _set_rng_state(rng, device)  # every pass sees the same dropout masks
                     rows.append(one_direction({name: t[j] for name, t in tangents.items()}))
                 return torch.stack(rows)
         finally:
             _set_rng_state(rng, device)
 
-    def _clipped_sum(
+    def _check_trial(
         self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction
-    ) -> ClippedBatch:
-        projected = self.projections(inputs, targets, loss_fn)
-        norms = projected.square().mean(dim=0).sqrt()
-        factors = clip_factors(norms, max_grad_norm=self.max_grad_norm, nonfinite=self.nonfinite)
+    ) -> None:
+        """Projections onto each parameter, and the weighted backward, equal the loop's.
+
+        The trial's directions come from a fixed generator, not from the secret source.
+        """
+        generator = torch.Generator().manual_seed(0)
+        tangents = {
+            name: torch.randn(p.shape, generator=generator, dtype=p.dtype).to(p.device)
+            for name, p in self.named_parameters
+        }
+        with eval_mode(self.model):
+            loop, _ = loop_gradients(self.model, inputs, targets, loss_fn, self.parameters)
+            total = float(sum(g.double().square().sum() for row in loop for g in row))
+            dtype = self.parameters[0].dtype
+            for j, (name, _) in enumerate(self.named_parameters):
+                alone = {n: t if n == name else torch.zeros_like(t) for n, t in tangents.items()}
+                found = self._project(
+                    inputs, targets, loss_fn, {n: t.unsqueeze(0) for n, t in alone.items()}
+                )[0]
+                expected = torch.stack([(row[j] * tangents[name]).sum() for row in loop])
+                scale = total**0.5 * float(tangents[name].norm())
+                if not close(found, expected, dtype, scale=scale):
+                    raise mismatch(
+                        f"On a trial lot of {inputs.shape[0]}, the JL engine's projections of "
+                        f"parameter {name!r}'s per-example gradients differ from a "
+                        "one-example-at-a-time autograd loop. Use VmapEngine instead.",
+                        [name],
+                    )
+            factors = torch.linspace(0.25, 1.0, inputs.shape[0], dtype=dtype, device=inputs.device)
+            summed = self._weighted_backward(inputs, targets, loss_fn, factors)[0]
+        for j, (name, _) in enumerate(self.named_parameters):
+            expected_sum = sum(float(c) * row[j] for c, row in zip(factors, loop, strict=True))
+            if not close(summed[j], expected_sum, dtype, scale=total**0.5 * inputs.shape[0]):  # type: ignore[arg-type]
+                raise mismatch(
+                    f"On a trial lot of {inputs.shape[0]}, the JL engine's weighted backward "
+                    f"for parameter {name!r} differs from the loop's sum of weighted per-example "
+                    "gradients (examples interact in the gradient). Use VmapEngine instead.",
+                    [name],
+                )
+
+    def _weighted_backward(
+        self,
+        inputs: torch.Tensor,
+        targets: torch.Tensor,
+        loss_fn: LossFunction,
+        factors: torch.Tensor,
+    ) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
+        """``sum_i c_i g_i`` by one backward of ``sum_i c_i loss_i``; also losses and outputs."""
         outputs = self.model(inputs)
         losses = per_example_losses(loss_fn, outputs, targets, inputs.shape[0])
         keep = factors > 0
@@ -157,4 +213,13 @@ class JLEngine(PerExampleEngine):
             torch.zeros_like(p) if s is None else s
             for p, s in zip(self.parameters, summed, strict=True)
         ]
+        return sums, losses, outputs
+
+    def _clipped_sum(
+        self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction
+    ) -> ClippedBatch:
+        projected = self.projections(inputs, targets, loss_fn)
+        norms = projected.square().mean(dim=0).sqrt()
+        factors = clip_factors(norms, max_grad_norm=self.max_grad_norm, nonfinite=self.nonfinite)
+        sums, losses, outputs = self._weighted_backward(inputs, targets, loss_fn, factors)
         return ClippedBatch(sums, norms.detach(), factors, losses.detach(), outputs.detach())

@@ -84,11 +84,14 @@ class ParameterTerm:
         squared_norms: ``(batch,)`` ``||G_i||^2``.
         weighted_sum: ``(factors, keep) -> sum_i c_i G_i`` in the parameter's shape; ``keep`` is
             ``None`` when every example is kept, else a ``(batch,)`` bool mask of kept rows.
+        rows: ``() -> (batch, *shape)``, the ``G_i`` materialised (needed when a parameter also
+            gets gradient elsewhere, so that norms are taken of the sum).
     """
 
     name: str
     squared_norms: torch.Tensor
     weighted_sum: WeightedSum
+    rows: Callable[[], torch.Tensor]
 
 
 def broadcast_rows(vector: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -112,7 +115,9 @@ def materialized_term(name: str, per_example: torch.Tensor, shape: torch.Size) -
         return total.reshape(shape)
 
     squared = torch.linalg.vector_norm(per_example.flatten(1), dim=1).square()  # no temporary
-    return ParameterTerm(name, squared, weighted_sum)
+    return ParameterTerm(
+        name, squared, weighted_sum, lambda: per_example.reshape(per_example.shape[0], *shape)
+    )
 
 
 def outer_product_term(
@@ -153,7 +158,11 @@ def outer_product_term(
             shape
         )
 
-    return ParameterTerm(name, squared, weighted_sum)
+    def rows() -> torch.Tensor:
+        per_example = backprops.transpose(-1, -2) @ activations
+        return per_example.reshape(per_example.shape[0], *shape)
+
+    return ParameterTerm(name, squared, weighted_sum, rows)
 
 
 def check_batch_first(tensor: torch.Tensor, batch_size: int, path: str, what: str) -> torch.Tensor:

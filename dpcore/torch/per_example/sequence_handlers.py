@@ -84,7 +84,14 @@ class EmbeddingHandler(LayerHandler):
                 total = backprops.new_zeros(vocabulary, width)
                 return total.index_add_(0, indices.flatten(), scaled.reshape(-1, width))
 
-            return [ParameterTerm("weight", squared, weighted_sum)]
+            def dense_rows() -> torch.Tensor:
+                owners = torch.arange(batch_size, device=indices.device).unsqueeze(1)
+                dense = backprops.new_zeros(batch_size, vocabulary, width)
+                return dense.index_put_(
+                    (owners.expand_as(indices), indices), backprops, accumulate=True
+                )
+
+            return [ParameterTerm("weight", squared, weighted_sum, dense_rows)]
         # Materialise the non-zero rows of each G_i: one row per distinct (example, index) pair.
         owner = torch.arange(batch_size, device=indices.device).unsqueeze(1)
         keys, slot = torch.unique(owner * vocabulary + indices, return_inverse=True)
@@ -98,7 +105,11 @@ class EmbeddingHandler(LayerHandler):
             kept = rows if keep is None else zero_dropped_rows(rows, keep[row_owner])
             return rows.new_zeros(vocabulary, width).index_add_(0, row_index, kept * weights)
 
-        return [ParameterTerm("weight", squared, sum_rows)]
+        def dense_rows() -> torch.Tensor:
+            dense = rows.new_zeros(batch_size, vocabulary, width)
+            return dense.index_put_((row_owner, row_index), rows)
+
+        return [ParameterTerm("weight", squared, sum_rows, dense_rows)]
 
 
 class IdentityInputLSTMHandler(LayerHandler):

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.func import functional_call, grad, vmap
+from torch.func import grad, vmap
 
 from dpcore.torch.errors import IncompatibleModelError
 from dpcore.torch.per_example.base import (
@@ -27,6 +27,8 @@ from dpcore.torch.per_example.base import (
     clip_factors,
     per_example_losses,
 )
+from dpcore.torch.per_example.stateless import functional_call_restoring
+from dpcore.torch.per_example.trial import compare_with_loop, eval_mode
 from dpcore.validation import check_count
 
 __all__ = ["VmapEngine", "per_example_gradients"]
@@ -73,7 +75,7 @@ def per_example_gradients(
     def loss_of_one(
         params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        out = functional_call(model, (params, frozen, buffers), (x.unsqueeze(0),))
+        out = functional_call_restoring(model, (params, frozen, buffers), (x.unsqueeze(0),))
         loss = per_example_losses(loss_fn, out, y.unsqueeze(0), 1)
         return loss.sum(), (loss.detach()[0], out.detach()[0])
 
@@ -124,6 +126,27 @@ class VmapEngine(PerExampleEngine):
         super().__init__(model, max_grad_norm=max_grad_norm, nonfinite=nonfinite)
         self.chunk_size = (
             None if chunk_size is None else check_count("chunk_size", chunk_size, minimum=1)
+        )
+
+    def _check_trial(
+        self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction
+    ) -> None:
+        """Per-example gradients equal the loop's (vmap runs each example as a lot of one)."""
+        check_vmappable(self.model, inputs.device)
+        with eval_mode(self.model):
+            gradients, _, _ = per_example_gradients(
+                self.model, inputs, targets, loss_fn, chunk_size=self.chunk_size
+            )
+        compare_with_loop(
+            self,
+            inputs,
+            targets,
+            loss_fn,
+            {name: rows.flatten(1).square().sum(1) for name, rows in gradients.items()},
+            lambda factors: {
+                name: torch.tensordot(factors.to(rows.dtype), rows, dims=1)
+                for name, rows in gradients.items()
+            },
         )
 
     def _clipped_sum(

@@ -159,23 +159,36 @@ def test_reused_linear_is_handled_exactly() -> None:
     check_against_loop(model)
 
 
-def test_unsupported_layers_name_the_module() -> None:
-    model = nn.Sequential(nn.Linear(4, 4), nn.MultiheadAttention(4, 2))
-    with pytest.raises(IncompatibleModelError, match=r"'1'.*MultiheadAttention.*VmapEngine"):
-        FastEngine(model, max_grad_norm=1.0)
-    assert not fast_path_supports(model)
-    lstm = nn.Sequential(nn.Linear(3, 3), nn.LSTM(3, 3, batch_first=True))
-    with pytest.raises(IncompatibleModelError, match=r"'1'.*LSTM.*DPLSTM"):
-        FastEngine(lstm, max_grad_norm=1.0)
+class _SelfAttention(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Linear(4, 4, dtype=torch.float64)
+        self.attention = nn.MultiheadAttention(4, 2, batch_first=True, dtype=torch.float64)
+        self.head = nn.Linear(4, 2, dtype=torch.float64)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        hidden = self.embed(inputs)
+        return self.head(self.attention(hidden, hidden, hidden)[0].mean(1))
+
+
+def test_unsupported_layers_name_the_parameter_at_the_first_lot() -> None:
+    inputs = torch.randn(5, 3, 4, dtype=torch.float64)
+    targets = torch.tensor([0, 1, 0, 1, 1])
+    engine = FastEngine(_SelfAttention(), max_grad_norm=1.0)  # decided on the data flow
+    with pytest.raises(IncompatibleModelError, match=r"attention\.in_proj_weight.*VmapEngine"):
+        engine.clipped_sum(inputs, targets, CROSS_ENTROPY)
+    assert not fast_path_supports(_SelfAttention())
+    lstm = nn.Sequential(nn.Embedding(6, 3), nn.LSTM(3, 3, batch_first=True))
+    tokens = torch.randint(0, 6, (5, 4))
+    with pytest.raises(IncompatibleModelError, match=r"1\.weight_ih_l0"):
+        FastEngine(lstm, max_grad_norm=1.0).prepare(
+            tokens, torch.zeros(5, 4, 3), lambda out, y: (out[0] - y).square().sum((1, 2))
+        )
     assert fast_path_supports(EmbeddingLSTMClassifier())
     assert not fast_path_supports(nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2)))
 
 
-def test_tied_weights_and_unfrozen_identity_are_rejected() -> None:
-    model = nn.Sequential(nn.Embedding(5, 4), nn.Linear(4, 5, bias=False))
-    model[1].weight = model[0].weight
-    with pytest.raises(IncompatibleModelError, match="tied"):
-        FastEngine(model, max_grad_norm=1.0)
+def test_unfrozen_identity_and_sparse_embedding_are_rejected() -> None:
     lstm = DPLSTM(2, 3)
     lstm.requires_grad_(True)
     with pytest.raises(IncompatibleModelError, match=r"directions\.0\.recurrent.*frozen"):

@@ -1,0 +1,245 @@
+"""Which tensors of a forward pass depend on the examples, established from the computation.
+
+Per-example clipping on the fast path reads each layer's activations and output gradients row by
+row, so it must know, for every layer call, whether the call carries the lot's examples or is
+*batch-independent* (a position table ``pos(torch.arange(T))``, a CLS token, a table through a
+Linear). A shape cannot tell: a ``(T, d)`` position table looks like a lot of T examples when
+the lot has T examples. :class:`BatchDataflow` instead follows the data: it is a
+:class:`~torch.overrides.TorchFunctionMode` that sees every torch operation of the forward and
+marks a result *batched* when any operand is batched (the lot's inputs and targets are the
+roots), and *independent* when it is computed from trainable parameters and constants only. This
+is the rule ``torch.func.vmap`` uses to decide which tensors carry the vmapped dimension.
+
+Where an independent tensor ``u`` meets batched data in one operation (``x + pos``,
+``torch.cat([cls, x], 1)``), the operation is recorded as a :class:`Meeting`: example i's
+gradient with respect to ``u`` is that operation's output gradient restricted to example i and
+pulled back through the operation (:mod:`dpcore.torch.per_example.independent`). Meetings through
+other operations (``x @ W``, ``F.multi_head_attention_forward``) are recorded as unsupported, and
+the fast path refuses the parameters involved by name.
+
+Only data flow is followed here: whether batched rows really belong to one example each (no
+``x - x.mean(0)``) is checked numerically against a one-example-at-a-time loop
+(:mod:`dpcore.torch.per_example.trial`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import weakref
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_leaves
+
+__all__ = ["ADDITIVE", "CONCATENATE", "MULTIPLICATIVE", "BatchDataflow", "Meeting"]
+
+T = torch.Tensor
+ADDITIVE = {
+    torch.add: 1.0,
+    T.add: 1.0,
+    T.__add__: 1.0,
+    T.__radd__: 1.0,
+    T.__iadd__: 1.0,
+    T.add_: 1.0,
+    torch.sub: -1.0,
+    T.sub: -1.0,
+    T.__sub__: -1.0,
+    T.__isub__: -1.0,
+    T.sub_: -1.0,
+    T.__rsub__: -1.0,  # other - self: the sign applies to self (args[0])
+}
+"""Binary ``a ± b`` operations, with the sign of the second operand (``alpha`` multiplies it)."""
+MULTIPLICATIVE = frozenset({torch.mul, T.mul, T.__mul__, T.__rmul__, T.__imul__, T.mul_})
+CONCATENATE = frozenset({torch.cat, torch.concat, torch.concatenate})
+_EXPANSIONS = frozenset({T.expand, T.expand_as, torch.broadcast_to, T.broadcast_to})
+_SHAPE_ONLY_SECOND = frozenset({T.expand_as, T.view_as, T.reshape_as, T.type_as})
+_CONSTANT_RESULTS = frozenset(
+    {
+        torch.zeros_like,
+        torch.ones_like,
+        torch.empty_like,
+        torch.full_like,
+        T.new_zeros,
+        T.new_ones,
+        T.new_empty,
+        T.new_full,
+        T.new_tensor,
+        T.size,
+        T.dim,
+        T.numel,
+        T.__len__,
+    }
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Meeting:
+    """One operation in which batch-independent tensors meet batched data.
+
+    Attributes:
+        func: the torch function called.
+        args, kwargs: its arguments, as called.
+        output: its result (batched).
+        operands: ``(position, tensor)`` of the independent operands that require grad;
+            ``position`` indexes ``args`` (or, for a concatenation, the list of tensors).
+        parameters: names of the trainable parameters those operands are computed from.
+        supported: whether :mod:`~dpcore.torch.per_example.independent` has a rule for ``func``.
+        version: the output's version counter when recorded (in-place changes afterwards are
+            refused).
+    """
+
+    func: Any
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    output: torch.Tensor
+    operands: tuple[tuple[int, torch.Tensor], ...]
+    parameters: frozenset[str]
+    supported: bool
+    version: int
+
+    @property
+    def name(self) -> str:
+        return getattr(self.func, "__qualname__", None) or getattr(self.func, "__name__", "op")
+
+
+class _Registry:
+    """Tensors by identity, without keeping them alive (ids of freed tensors are reused)."""
+
+    def __init__(self) -> None:
+        self._refs: dict[int, tuple[weakref.ref[torch.Tensor], Any]] = {}
+
+    def get(self, tensor: torch.Tensor) -> Any:
+        entry = self._refs.get(id(tensor))
+        if entry is None or entry[0]() is not tensor:
+            return None
+        return entry[1]
+
+    def put(self, tensor: torch.Tensor, value: Any) -> None:
+        self._refs[id(tensor)] = (weakref.ref(tensor), value)
+
+    def drop(self, tensor: torch.Tensor) -> None:
+        if self.get(tensor) is not None:
+            del self._refs[id(tensor)]
+
+
+def _tensors(tree: Any) -> list[torch.Tensor]:
+    return [leaf for leaf in tree_leaves(tree) if isinstance(leaf, torch.Tensor)]
+
+
+class BatchDataflow(TorchFunctionMode):
+    """Marks every tensor of a forward as batched, independent (of the examples) or constant.
+
+    Args:
+        roots: the lot's tensors (inputs, targets): batched by definition.
+        parameters: ``(name, parameter)`` of the trainable parameters: independent roots.
+
+    While open (``with BatchDataflow(...):``), every torch operation is classified; modules
+    with a fast-path handler bracket their batched calls with :meth:`enter_layer` /
+    :meth:`exit_layer`, inside which their own use of their weights is not a meeting.
+    """
+
+    def __init__(
+        self, roots: Iterable[torch.Tensor], parameters: Sequence[tuple[str, torch.Tensor]]
+    ) -> None:
+        super().__init__()
+        self._batched = _Registry()
+        self._sources = _Registry()  # independent tensor -> frozenset of parameter names
+        self._expanded_from = _Registry()  # expansion result -> the tensor it expands
+        self._layer_depth = 0
+        self.meetings: list[Meeting] = []
+        for tensor in roots:
+            self._batched.put(tensor, True)
+        for name, parameter in parameters:
+            self._sources.put(parameter, frozenset({name}))
+
+    def is_batched(self, tensor: Any) -> bool:
+        """Whether ``tensor`` was computed from the lot's examples."""
+        return isinstance(tensor, torch.Tensor) and self._batched.get(tensor) is not None
+
+    def sources(self, tensor: Any) -> frozenset[str]:
+        """Trainable parameters an independent ``tensor`` is computed from (empty otherwise)."""
+        if not isinstance(tensor, torch.Tensor):
+            return frozenset()
+        found = self._sources.get(tensor)
+        return frozenset() if found is None else found
+
+    def expanded_from(self, tensor: torch.Tensor) -> torch.Tensor | None:
+        """The tensor that ``tensor`` is an ``expand``/``broadcast_to`` of, if recorded."""
+        found = self._expanded_from.get(tensor)
+        return None if found is None else found()
+
+    def enter_layer(self) -> None:
+        self._layer_depth += 1
+
+    def exit_layer(self) -> None:
+        self._layer_depth -= 1
+
+    def __torch_function__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        result = func(*args, **kwargs)
+        if func in _CONSTANT_RESULTS:
+            return result
+        data = args[:1] if func in _SHAPE_ONLY_SECOND else (args, kwargs)
+        operands = _tensors(data)
+        if not operands:
+            return result
+        batched = any(self.is_batched(t) for t in operands)
+        independent = [t for t in operands if self.sources(t)]
+        outputs = _tensors(result)
+        if func is T.__setitem__ and args and isinstance(args[0], torch.Tensor):
+            outputs = [args[0]]  # in place: the target takes the value's dependence
+        if batched:
+            for tensor in outputs:
+                self._batched.put(tensor, True)
+                self._sources.drop(tensor)
+            if independent and self._layer_depth == 0:
+                self._record(func, args, kwargs, result, independent)
+        elif independent:
+            sources = frozenset().union(*(self.sources(t) for t in independent))
+            for tensor in outputs:
+                self._sources.put(tensor, sources)
+            if func in _EXPANSIONS and isinstance(result, torch.Tensor):
+                self._expanded_from.put(result, weakref.ref(args[0]))
+        return result
+
+    def _record(
+        self,
+        func: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        result: Any,
+        independent: list[torch.Tensor],
+    ) -> None:
+        differentiable = [t for t in independent if t.requires_grad]
+        if not differentiable:
+            return
+        parameters = frozenset().union(*(self.sources(t) for t in differentiable))
+        if func in CONCATENATE:
+            listed = list(args[0]) if args else list(kwargs.get("tensors", ()))
+        else:
+            listed = list(args)
+        positions = tuple(
+            (k, item)
+            for k, item in enumerate(listed)
+            if isinstance(item, torch.Tensor) and any(item is t for t in differentiable)
+        )
+        supported = (
+            isinstance(result, torch.Tensor)
+            and len(positions) == len(differentiable)
+            and not any(item is result for _, item in positions)  # in place on the table itself
+            and (func in ADDITIVE or func in MULTIPLICATIVE or func in CONCATENATE)
+        )
+        output = result if isinstance(result, torch.Tensor) else torch.empty(0)
+        self.meetings.append(
+            Meeting(
+                func, args, kwargs, output, positions, parameters, supported, output._version
+            )
+        )

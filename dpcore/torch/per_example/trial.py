@@ -1,0 +1,306 @@
+"""Trial lots: an engine earns a model by matching a one-example-at-a-time autograd loop.
+
+Before an engine clips its first lot it is *prepared* on trial lots built from a few examples
+(:meth:`~dpcore.torch.per_example.base.PerExampleEngine.prepare`). Their sizes are chosen by
+:func:`trial_sizes` to differ from every dimension of every tensor the model computes on one
+example, so that no tensor of the trial can pass for a lot by its shape; and there are two of
+them, so that a dimension which grows with the lot (a flattened ``(n * T, d)``) shows too. On each
+trial lot (model in eval mode, so dropout draws nothing):
+
+- :func:`check_examples_independent`: every example's loss in the lot equals its loss alone
+  (a model whose outputs for one example depend on another's, however written, is refused by
+  every engine: per-example clipping could not bound one example's influence, and vmap would
+  train a different function than the batched forward);
+- engine-specific checks against :func:`loop_gradients` (the contract of "exact": equal, to
+  float tolerance, to autograd on each example alone), naming the parameter that differs.
+
+The trial uses examples only to exercise the model's computation; its outcome is a property of
+that computation (identical for any examples, up to rounding), not a release of the data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_leaves
+
+from dpcore.errors import InvalidParameterError
+from dpcore.torch.errors import IncompatibleModelError
+
+LossFunction = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""``loss_fn(outputs, targets)`` returning one loss per example, shape ``(batch,)``."""
+
+__all__ = [
+    "LossFunction",
+    "per_example_losses",
+    "check_examples_independent",
+    "close",
+    "compare_with_loop",
+    "eval_mode",
+    "finite_examples",
+    "loop_gradients",
+    "mismatch",
+    "tolerance",
+    "trial_lot",
+    "trial_sizes",
+]
+
+
+def per_example_losses(
+    loss_fn: LossFunction, outputs: torch.Tensor, targets: torch.Tensor, batch_size: int
+) -> torch.Tensor:
+    """Call ``loss_fn`` and check that it returns one loss per example (``reduction='none'``)."""
+    losses = loss_fn(outputs, targets)
+    if not isinstance(losses, torch.Tensor) or losses.shape != (batch_size,):
+        shape = tuple(losses.shape) if isinstance(losses, torch.Tensor) else losses
+        raise InvalidParameterError(
+            "loss_fn",
+            f"to return per-example losses of shape ({batch_size},) (use reduction='none')",
+            shape,
+        )
+    return losses
+
+
+@contextlib.contextmanager
+def eval_mode(model: nn.Module) -> Iterator[None]:
+    """``model.eval()`` while open (no dropout draws), each module's mode restored after."""
+    modes = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training
+
+
+def tolerance(dtype: torch.dtype) -> float:
+    """Relative tolerance of a comparison in ``dtype`` (rounding of sums of a few thousand terms)."""
+    if dtype == torch.float64:
+        return 1e-9
+    if dtype == torch.float32:
+        return 1e-4
+    return 2e-2
+
+
+def close(
+    found: torch.Tensor,
+    expected: torch.Tensor,
+    dtype: torch.dtype,
+    *,
+    rtol: float | None = None,
+    scale: float = 0.0,
+) -> bool:
+    """``||found - expected|| <= rtol * (||found|| + ||expected|| + scale)``.
+
+    ``rtol`` defaults to :func:`tolerance` of ``dtype``; ``scale`` is the size of the whole
+    quantity this is a part of (a parameter whose true gradient is zero, such as an attention
+    key's bias, is then compared at the rounding of the whole gradient). NaN/inf must sit at the
+    same places.
+    """
+    found, expected = found.double(), expected.double()
+    if not bool((torch.isfinite(found) == torch.isfinite(expected)).all()):
+        return False
+    finite = torch.isfinite(expected)
+    found, expected = found[finite], expected[finite]
+    scale = float(found.norm()) + float(expected.norm()) + scale
+    limit = tolerance(dtype) if rtol is None else rtol
+    return float((found - expected).norm()) <= limit * scale + 1e-300
+
+
+def mismatch(message: str, names: Sequence[str]) -> IncompatibleModelError:
+    """An :class:`IncompatibleModelError` with ``parameters`` set to ``names``."""
+    error = IncompatibleModelError(message)
+    error.parameters = list(names)  # type: ignore[attr-defined]
+    return error
+
+
+class _Dimensions(TorchFunctionMode):
+    """Collects every dimension of every tensor produced while open."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sizes: set[int] = set()
+
+    def __torch_function__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        result = func(*args, **(kwargs or {}))
+        for leaf in tree_leaves(result):
+            if isinstance(leaf, torch.Tensor):
+                self.sizes.update(int(s) for s in leaf.shape)
+        return result
+
+
+def trial_sizes(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: Any) -> tuple[int, int]:
+    """The two smallest lot sizes >= 2 that no tensor of a one-example forward has as a dimension.
+
+    Parameter shapes and the example's own shape count too.
+    """
+    recorder = _Dimensions()
+    with torch.no_grad(), eval_mode(model), recorder:
+        loss_fn(model(inputs[:1]), targets[:1])
+    taken = set(recorder.sizes)
+    for tensor in (*model.parameters(), *model.buffers(), inputs, targets):
+        taken.update(int(s) for s in tensor.shape)
+    sizes: list[int] = []
+    size = 2
+    while len(sizes) < 2:
+        if size not in taken:
+            sizes.append(size)
+        size += 1
+    return sizes[0], sizes[1]
+
+
+def trial_lot(
+    inputs: torch.Tensor, targets: torch.Tensor, size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``size`` examples taken cyclically from ``inputs``/``targets``.
+
+    Floating-point copies of an example (when there are fewer examples than ``size``) get a
+    little seeded noise, so that a model mixing the lot's rows cannot hide behind equal rows.
+    """
+    pool = inputs.shape[0]
+    index = torch.arange(size, device=inputs.device) % pool
+    lot = inputs[index]
+    if size > pool and lot.is_floating_point():
+        generator = torch.Generator().manual_seed(size)
+        noise = torch.randn(lot.shape, generator=generator, dtype=lot.dtype).to(lot.device)
+        scale = lot.detach().std() if lot.numel() > 1 else lot.new_ones(())
+        copies = (torch.arange(size, device=lot.device) >= pool).view(-1, *([1] * (lot.dim() - 1)))
+        lot = torch.where(copies, lot + 0.1 * scale * noise, lot)
+    return lot, targets[index.to(targets.device)]
+
+
+def _alone(
+    model: nn.Module, loss_fn: Any, inputs: torch.Tensor, targets: torch.Tensor, i: int
+) -> torch.Tensor:
+    outputs = model(inputs[i : i + 1])
+    return per_example_losses(loss_fn, outputs, targets[i : i + 1], 1)[0]
+
+
+def finite_examples(
+    model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: Any
+) -> list[int]:
+    """Positions of the examples whose loss alone is finite (eval mode)."""
+    with torch.no_grad(), eval_mode(model):
+        return [
+            i
+            for i in range(inputs.shape[0])
+            if bool(torch.isfinite(_alone(model, loss_fn, inputs, targets, i)))
+        ]
+
+
+def check_examples_independent(
+    model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: Any
+) -> None:
+    """Refuse a model whose loss for one example depends on the other examples of the lot.
+
+    Compares every example's loss in the lot with its loss alone (eval mode, float tolerance).
+
+    Raises:
+        IncompatibleModelError: naming the first example whose losses differ.
+    """
+    with torch.no_grad(), eval_mode(model):
+        batched = per_example_losses(loss_fn, model(inputs), targets, inputs.shape[0])
+        alone = torch.stack(
+            [_alone(model, loss_fn, inputs, targets, i) for i in range(inputs.shape[0])]
+        )
+    dtype = batched.dtype
+    for i in range(inputs.shape[0]):
+        if not close(batched[i : i + 1], alone[i : i + 1], dtype):
+            raise IncompatibleModelError(
+                f"The model's examples interact: in a trial lot of {inputs.shape[0]}, example "
+                f"{i}'s loss is {float(batched[i])!r} but {float(alone[i])!r} when it is alone "
+                "(an operation mixes the rows of the lot, such as a batch statistic). "
+                "Per-example clipping cannot bound one example's influence on such a model, and "
+                "no engine accepts it; compute every example's output from that example only."
+            )
+
+
+def loop_gradients(
+    model: nn.Module,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    loss_fn: Any,
+    parameters: Sequence[nn.Parameter],
+    examples: Sequence[int] | None = None,
+) -> tuple[list[list[torch.Tensor]], torch.Tensor]:
+    """Each example's gradient by autograd on that example alone, and the losses.
+
+    Returns ``(gradients, losses)``: ``gradients[k][j]`` is example ``examples[k]``'s gradient
+    for ``parameters[j]`` (zeros where unused).
+    """
+    rows, losses = [], []
+    for i in range(inputs.shape[0]) if examples is None else examples:
+        with torch.enable_grad():
+            loss = _alone(model, loss_fn, inputs, targets, i)
+            grads = torch.autograd.grad(loss, list(parameters), allow_unused=True)
+        rows.append(
+            [torch.zeros_like(p) if g is None else g for p, g in zip(parameters, grads, strict=True)]
+        )
+        losses.append(loss.detach())
+    return rows, torch.stack(losses)
+
+
+class _Engine(Protocol):
+    name: str
+    model: nn.Module
+    named_parameters: list[tuple[str, nn.Parameter]]
+
+
+def compare_with_loop(
+    engine: _Engine,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    loss_fn: Any,
+    squared_norms: Mapping[str, torch.Tensor],
+    weighted_sum: Callable[[torch.Tensor], Mapping[str, torch.Tensor]],
+) -> None:
+    """Raise unless an engine's per-parameter results on a lot equal the loop's.
+
+    Args:
+        engine: the engine (its name, model and trainable parameters).
+        inputs, targets, loss_fn: the lot.
+        squared_norms: per parameter name, the engine's ``(batch,)`` squared per-example norms
+            (a missing name means zero).
+        weighted_sum: clip factors ``(batch,)`` -> per parameter name, the engine's
+            ``sum_i c_i g_i``; called with factors that clip about half of the examples.
+
+    Raises:
+        IncompatibleModelError: naming the first parameter that differs (``parameters`` set).
+    """
+    parameters = [p for _, p in engine.named_parameters]
+    loop, _ = loop_gradients(engine.model, inputs, targets, loss_fn, parameters)
+    dtype = parameters[0].dtype
+    norms = torch.stack([sum(g.double().square().sum() for g in row) for row in loop]).sqrt()  # type: ignore[misc]
+    bound = float(norms.median()) or 1.0
+    total = float(norms.square().sum())
+    factors = torch.clamp(bound / norms.clamp_min(1e-300), max=1.0)
+    sums = weighted_sum(factors.to(dtype).to(parameters[0].device))
+    for j, (name, parameter) in enumerate(engine.named_parameters):
+        rows = torch.stack([row[j] for row in loop])
+        squared = squared_norms.get(name)
+        found_squared = torch.zeros(rows.shape[0]) if squared is None else squared.cpu()
+        summed = sums.get(name)
+        found_sum = torch.zeros_like(parameter) if summed is None else summed
+        expected_sum = torch.tensordot(factors.to(rows.dtype), rows, dims=1)
+        if not (
+            close(found_squared, rows.flatten(1).square().sum(1).cpu(), dtype, scale=total)
+            and close(found_sum, expected_sum, dtype, scale=bound * len(loop))
+        ):
+            raise mismatch(
+                f"On a trial lot of {inputs.shape[0]}, the {engine.name} engine's per-example "
+                f"gradients of parameter {name!r} differ from a one-example-at-a-time autograd "
+                "loop (the parameter is reached in a way this engine cannot attribute to "
+                "examples). Use VmapEngine (exact, any module) instead.",
+                [name],
+            )
