@@ -1,11 +1,13 @@
 """Making models differentiable in forward mode (``torch.func.jvp`` under ``vmap``).
 
 The JL engine (:mod:`dpcore.torch.per_example.jl`) needs Jacobian-vector products of the
-per-example losses. PyTorch's fused recurrent kernels have no forward-mode rule: oneDNN's RNN on
-CPU, cuDNN's RNN on CUDA ("Cannot access data pointer of Tensor that doesn't have storage" under
-vmap) and, with cuDNN off, CUDA's ``_thnn_fused_lstm_cell`` ("Trying to use forward AD with
-_thnn_fused_lstm_cell"). :func:`forward_mode_friendly` works around each:
+per-example losses. Several fused kernels have no forward-mode rule: attention's (flash
+``scaled_dot_product_attention`` on CPU, ``nn.MultiheadAttention``'s inference fast path);
+oneDNN's RNN on CPU, cuDNN's RNN on CUDA ("Cannot access data pointer of Tensor that doesn't
+have storage" under vmap) and, with cuDNN off, CUDA's ``_thnn_fused_lstm_cell`` ("Trying to use
+forward AD with _thnn_fused_lstm_cell"). :func:`forward_mode_friendly` works around each:
 
+- attention runs on the math kernel, and the MHA fast path is off;
 - on CPU it turns oneDNN off (the native CPU LSTM is built from differentiable ops);
 - on CUDA it runs every ``nn.LSTM`` through :func:`decomposed_lstm_forward`, the same recurrence
   written with ``linear``, ``sigmoid`` and ``tanh`` (same parameters, same gate order), and
@@ -24,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 from torch.nn import functional
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from dpcore.torch.errors import IncompatibleModelError
 from dpcore.torch.layers import native_rnn_kernel
@@ -101,10 +104,38 @@ def decomposed_lstm_forward(
 
 
 @contextlib.contextmanager
+def _attention_in_elementary_ops() -> Iterator[None]:
+    """Attention without fused kernels while open: neither ``nn.MultiheadAttention``'s inference
+    fast path nor the flash/memory-efficient ``scaled_dot_product_attention`` kernels have a
+    forward-mode rule; the math kernel is made of differentiable ops.
+    """
+    previous = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        with sdpa_kernel(SDPBackend.MATH):
+            yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(previous)
+
+
+@contextlib.contextmanager
 def forward_mode_friendly(
     model: nn.Module, device: torch.device, *, decompose_lstm: bool | None = None
 ) -> Iterator[None]:
     """While open, ``model`` can be differentiated in forward mode under vmap on ``device``.
+
+    Attention runs on the math kernel (:func:`_attention_in_elementary_ops`).
+    See :func:`_recurrent_forward_mode` for recurrent layers.
+    """
+    with _attention_in_elementary_ops(), _recurrent_forward_mode(model, device, decompose_lstm=decompose_lstm):
+        yield
+
+
+@contextlib.contextmanager
+def _recurrent_forward_mode(
+    model: nn.Module, device: torch.device, *, decompose_lstm: bool | None = None
+) -> Iterator[None]:
+    """Recurrent layers made differentiable in forward mode under vmap on ``device``.
 
     ``decompose_lstm`` (default: on CUDA only) routes every ``nn.LSTM`` through
     :func:`decomposed_lstm_forward`; otherwise on CPU oneDNN is turned off. Everything is

@@ -102,7 +102,7 @@ def close(
     key's bias, is then compared at the rounding of the whole gradient). NaN/inf must sit at the
     same places.
     """
-    found, expected = found.double(), expected.double()
+    found, expected = found.detach().double(), expected.detach().double()
     if not bool((torch.isfinite(found) == torch.isfinite(expected)).all()):
         return False
     finite = torch.isfinite(expected)
