@@ -11,6 +11,7 @@ from typing import Any
 from audits import (
     clt_check,
     dpsgd_jl,
+    dpsgd_positions,
     dpsgd_whitebox,
     mechanisms,
     membership,
@@ -27,6 +28,7 @@ AUDITS: dict[str, tuple[Callable[[], Any], Callable[[], None]]] = {
     "dpsgd_whitebox": (dpsgd_whitebox.run, dpsgd_whitebox.write_report),
     "planted_bugs": (planted_bugs.run, planted_bugs.write_report),
     "dpsgd_jl": (dpsgd_jl.run, dpsgd_jl.write_report),
+    "dpsgd_positions": (dpsgd_positions.run, dpsgd_positions.write_report),
     "sampler_audit": (sampler_audit.run, sampler_audit.write_report),
     "one_run": (one_run.run, one_run.write_report),
     "membership": (membership.run, membership.write_report),

@@ -170,6 +170,11 @@ class BatchDataflow(TorchFunctionMode):
         found = self._expanded_from.get(tensor)
         return None if found is None else found()
 
+    def mark_batched(self, tensor: torch.Tensor) -> None:
+        """Declare ``tensor`` batched (for tests and planted bugs that replay shape rules)."""
+        self._batched.put(tensor, True)
+        self._sources.drop(tensor)
+
     def enter_layer(self) -> None:
         self._layer_depth += 1
 

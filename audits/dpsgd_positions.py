@@ -1,0 +1,303 @@
+"""White-box DP-SGD audit of learned positions at lot size == sequence length.
+
+The fast path once took a position table's ``(T, d)`` output for T examples whenever a lot had T
+examples, so one example's influence on the released sum was not bounded by C. This audit trains
+a model whose only trainable parameter is a learned position table (``nn.Embedding(T, d)`` on
+``torch.arange(T)``, added to frozen token embeddings, sum over time, frozen head) with lots of
+exactly T examples, and asks the per-step white-box question of
+:mod:`audits.dpsgd_whitebox` (Nasr et al. 2023): can the released gradient tell whether a canary
+example was in the lot?
+
+In the "in" world the lot is T - 1 real examples and the canary (token 0, which no real example
+uses, labelled against the head's prediction: its gradient is far above C, so clipping binds;
+the real examples are labelled as the head predicts, so theirs are small); in the "out" world
+T real examples. The auditor knows every
+real example and the parameters, computes the real examples' clipped contributions with a
+trusted one-example-at-a-time autograd loop, and scores step t by
+
+    s_t = < g_applied q N - S_real, u > / C,
+
+with u the unit direction of the canary's gradient in the position table. A correct engine gives
+s_t ~ N(c <g_canary, u> / C, sigma^2) in and N(0, sigma^2) out, at most mu = 1 / sigma per step;
+the lower bound mu_lb (95%) is composed over the run with the claimed sampling rate q = T / N
+(the PLD interval's lower end) and set against the accountants' epsilon.
+
+A planted bug replays the old defect (a batch-independent call taken as batched when its first
+dimension equals the lot size): the audit must flag it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from audits.dpsgd_whitebox import (
+    composed_lower_bound,
+    distinguish,
+    single_thread,
+    upper_bounds,
+)
+from audits.results_io import RESULTS, load, save
+from dpcore.calibration import calibrate_noise
+from dpcore.torch.noise import SeededGaussianNoise
+from dpcore.torch.optimizers import DPOptimizer
+from dpcore.torch.per_example.fast import FastEngine, _Layer
+from dpcore.torch.per_example.dataflow import BatchDataflow
+
+CANARY_TOKEN = 0  # a token no real example uses
+
+
+@dataclasses.dataclass(frozen=True)
+class PositionsConfig:
+    """The audit's setting (quick: a minute or two on 2 cores)."""
+
+    target_epsilon: float = 4.0
+    delta: float = 1e-5
+    length: int = 16  # T, and the lot size
+    width: int = 4
+    vocabulary: int = 12
+    dataset_size: int = 800
+    steps: int = 600
+    runs: int = 3
+    max_grad_norm: float = 1.0
+    learning_rate: float = 0.05
+    seed: int = 0
+    confidence: float = 0.95
+    held_out_fraction: float = 0.2
+
+
+class PositionModel(nn.Module):
+    """Frozen token embeddings + a trainable ``nn.Embedding(T, d)`` position table, sum, head."""
+
+    def __init__(self, config: PositionsConfig) -> None:
+        super().__init__()
+        dtype = torch.float64
+        self.tokens = nn.Embedding(config.vocabulary, config.width, dtype=dtype)
+        self.positions = nn.Embedding(config.length, config.width, dtype=dtype)
+        self.head = nn.Linear(config.width, 2, dtype=dtype)
+        self.tokens.requires_grad_(False)
+        self.head.requires_grad_(False)
+        with torch.no_grad():
+            self.head.weight.mul_(10.0)  # a confident head: the canary's loss gradient is large
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        positions = self.positions(torch.arange(tokens.shape[1], device=tokens.device))
+        return self.head(torch.tanh(self.tokens(tokens) + positions).sum(1))
+
+
+class ShapeTrustingEngine(FastEngine):
+    """Planted bug: a layer call counts as batched when its first dimension is the lot size."""
+
+    name = "fast (shape-trusting, planted bug)"
+
+    def _before(
+        self, layer: _Layer, dataflow: BatchDataflow, module: nn.Module, args: Any, kwargs: Any
+    ) -> Any:
+        first = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        batched = first is not None and first.dim() > 0 and first.shape[0] == self._lot_size
+        layer.batched.append(batched)
+        if batched:
+            dataflow.enter_layer()
+        return None
+
+    def _after(
+        self,
+        layer: _Layer,
+        dataflow: BatchDataflow,
+        module: nn.Module,
+        args: Any,
+        kwargs: Any,
+        output: Any,
+    ) -> None:
+        if layer.batched[-1]:
+            dataflow.mark_batched(output)  # so that no meeting is recorded downstream
+        super()._after(layer, dataflow, module, args, kwargs, output)
+
+    def prepare(self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: Any) -> None:
+        self.prepared = True  # the old engine had no trial lots
+
+    def _clipped_sum(self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: Any) -> Any:
+        self._lot_size = inputs.shape[0]
+        self._verified = True  # nor a check that could see this
+        return super()._clipped_sum(inputs, targets, loss_fn)
+
+
+def _loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return nn.functional.cross_entropy(outputs, targets, reduction="none")
+
+
+def _data(config: PositionsConfig, seed: int) -> torch.Tensor:
+    """Random token sequences (the canary's token 0 excluded)."""
+    generator = torch.Generator().manual_seed(20_000 + seed)
+    shape = (config.dataset_size, config.length)
+    return torch.randint(1, config.vocabulary, shape, generator=generator)
+
+
+def _canary(model: PositionModel, config: PositionsConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """The canary token sequence, labelled against the head's prediction (large loss gradient)."""
+    tokens = torch.full((1, config.length), CANARY_TOKEN)
+    with torch.no_grad():
+        label = 1 - model(tokens).argmax(1)
+    return tokens, label
+
+
+def _clipped_gradients(
+    model: PositionModel, tokens: torch.Tensor, labels: torch.Tensor, c: float
+) -> torch.Tensor:
+    """Trusted: sum of each example's clipped position-table gradient, one example at a time."""
+    table = model.positions.weight
+    total = torch.zeros_like(table)
+    for i in range(tokens.shape[0]):
+        loss = _loss(model(tokens[i : i + 1]), labels[i : i + 1]).sum()
+        (gradient,) = torch.autograd.grad(loss, table)
+        total += gradient * min(1.0, c / float(gradient.norm()))
+    return total
+
+
+def step_scores(
+    config: PositionsConfig, engine_class: type[FastEngine], *, sigma: float, insert: bool, seed: int
+) -> np.ndarray:
+    """One run: the score s_t of every step (see the module docstring)."""
+    torch.manual_seed(seed)
+    model = PositionModel(config)
+    tokens = _data(config, seed)
+    with torch.no_grad():  # real examples agree with the head: small gradients, the canary stands out
+        labels = model(tokens).argmax(1)
+    canary_tokens, canary_label = _canary(model, config)
+    engine = engine_class(model, max_grad_norm=config.max_grad_norm)
+    engine.prepare(tokens[:16], labels[:16], _loss)
+    q = config.length / config.dataset_size
+    claimed_lot = q * config.dataset_size
+    optimizer = DPOptimizer(
+        torch.optim.SGD([model.positions.weight], lr=config.learning_rate),
+        engine=engine,
+        noise_multiplier=sigma,
+        expected_batch_size=claimed_lot,
+        noise=SeededGaussianNoise(seed),
+    )
+    rng = np.random.default_rng(seed)
+    table = model.positions.weight
+    scores = np.empty(config.steps)
+    for t in range(config.steps):
+        real = torch.as_tensor(
+            rng.choice(config.dataset_size, config.length - int(insert), replace=False)
+        )
+        lot_tokens, lot_labels = tokens[real], labels[real]
+        known = _clipped_gradients(model, lot_tokens, lot_labels, config.max_grad_norm)
+        loss = _loss(model(canary_tokens), canary_label).sum()
+        (direction,) = torch.autograd.grad(loss, table)
+        direction = direction / direction.norm()
+        if insert:
+            lot_tokens = torch.cat([lot_tokens, canary_tokens])
+            lot_labels = torch.cat([lot_labels, canary_label])
+        optimizer.step(engine.clipped_sum(lot_tokens, lot_labels, _loss))
+        assert table.grad is not None
+        released = table.grad * claimed_lot - known
+        scores[t] = float((released * direction).sum()) / config.max_grad_norm
+    return scores
+
+
+def audit_one(
+    config: PositionsConfig, engine_class: type[FastEngine], *, sigma: float
+) -> dict[str, Any]:
+    """Both worlds, ``config.runs`` runs each; per-step mu_lb and the composed epsilon_lb."""
+    start = time.perf_counter()
+    worlds = [
+        np.concatenate(
+            [
+                step_scores(
+                    config,
+                    engine_class,
+                    sigma=sigma,
+                    insert=insert,
+                    seed=1000 * config.seed + 2 * r + int(insert),
+                )
+                for r in range(config.runs)
+            ]
+        )
+        for insert in (False, True)
+    ]
+    mu_lower, threshold = distinguish(
+        worlds[0],
+        worlds[1],
+        delta=config.delta,
+        confidence=config.confidence,
+        held_out_fraction=config.held_out_fraction,
+        seed=config.seed,
+    )
+    q = config.length / config.dataset_size
+    upper = upper_bounds(q, sigma, config.steps, config.delta)
+    lower = composed_lower_bound(q, mu_lower, config.steps, config.delta)
+    return {
+        "engine": engine_class.name,
+        "mu_lower": mu_lower,
+        "mu_claimed": 1 / sigma,
+        "epsilon_lower": lower,
+        "epsilon_upper": upper,
+        "consistent": lower <= upper["pld"],
+        "threshold": threshold,
+        "mean_score_in": float(worlds[1].mean()),
+        "mean_score_out": float(worlds[0].mean()),
+        "steps_observed_per_world": int(worlds[0].size),
+        "seconds": time.perf_counter() - start,
+    }
+
+
+def run(config: PositionsConfig = PositionsConfig()) -> list[dict[str, Any]]:
+    """Audit the fast path and the planted shape-trusting bug; save ``dpsgd_positions.json``."""
+    q = config.length / config.dataset_size
+    sigma = calibrate_noise(
+        target_epsilon=config.target_epsilon,
+        target_delta=config.delta,
+        sampling_probability=q,
+        steps=config.steps,
+        accountant="pld",
+    )
+    setting = {
+        "target_epsilon": config.target_epsilon,
+        "noise_multiplier": sigma,
+        "sampling_probability": q,
+        "lot_size": config.length,
+        "sequence_length": config.length,
+        "steps": config.steps,
+        "runs_per_world": config.runs,
+        "delta": config.delta,
+    }
+    with single_thread():
+        rows = [
+            {"audit": "dpsgd_positions", "setting": setting, **audit_one(config, cls, sigma=sigma)}
+            for cls in (FastEngine, ShapeTrustingEngine)
+        ]
+    save("dpsgd_positions", rows, dataclasses.asdict(config))
+    return rows
+
+
+def write_report() -> None:
+    """``results/dpsgd_positions.md`` from the saved rows."""
+    rows = load("dpsgd_positions")
+    lines = [
+        "# Audit: learned positions at lot size == sequence length (white-box, per step)",
+        "",
+        "Only the position table is trainable; lots of exactly T examples; the canary's gradient "
+        "lies in the position table. ε_lb: 95% lower bound (per-step μ_lb composed with the PLD "
+        "accountant at the claimed q, lower end). Consistent: ε_lb ≤ the PLD upper bound.",
+        "",
+        "| engine | σ | q | T = lot | steps | μ_lb (claim 1/σ) | ε_lb (95%) | PLD ε interval "
+        "| consistent | mean score in / out | seconds |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        s, u = row["setting"], row["epsilon_upper"]
+        lines.append(
+            f"| {row['engine']} | {s['noise_multiplier']:.4f} | {s['sampling_probability']:g} "
+            f"| {s['lot_size']} | {s['steps']} | {row['mu_lower']:.3f} ({row['mu_claimed']:.3f}) "
+            f"| {row['epsilon_lower']:.3f} | [{u['pld_lower']:.3f}, {u['pld']:.3f}] "
+            f"| {row['consistent']} | {row['mean_score_in']:.2f} / {row['mean_score_out']:.2f} "
+            f"| {row['seconds']:.1f} |"
+        )
+    (RESULTS / "dpsgd_positions.md").write_text("\n".join(lines) + "\n")
