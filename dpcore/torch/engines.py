@@ -8,7 +8,11 @@ import torch
 from torch import nn
 
 from dpcore.errors import InvalidParameterError
-from dpcore.torch.errors import EngineFallbackWarning, IncompatibleModelError
+from dpcore.torch.errors import (
+    EngineFallbackWarning,
+    ExamplesInteractError,
+    IncompatibleModelError,
+)
 from dpcore.torch.noise import NoiseSource
 from dpcore.torch.per_example.base import (
     ClippedBatch,
@@ -55,10 +59,10 @@ class AutoEngine(PerExampleEngine):
         try:
             fast.prepare(inputs, targets, loss_fn)
             chosen: PerExampleEngine = fast
+        except ExamplesInteractError:
+            raise  # no engine can clip such a model
         except IncompatibleModelError as error:
-            names = getattr(error, "parameters", None)
-            if names is None:  # not about one parameter (examples interact): no engine can
-                raise
+            names = getattr(error, "parameters", None) or ["(see below)"]
             vmap = VmapEngine(self.model, max_grad_norm=self.max_grad_norm, nonfinite=self.nonfinite)
             vmap.prepare(inputs, targets, loss_fn)
             warnings.warn(

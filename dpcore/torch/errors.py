@@ -12,6 +12,10 @@ class IncompatibleModelError(DPCoreError, TypeError):
     """
 
 
+class ExamplesInteractError(IncompatibleModelError):
+    """One example's loss depends on other examples of the lot: no engine can clip such a model."""
+
+
 class NonFiniteGradientError(DPCoreError, FloatingPointError):
     """A per-example gradient (or its norm) is NaN or infinite.
 

@@ -448,21 +448,25 @@ class FastEngine(PerExampleEngine):
     ) -> dict[int, torch.Tensor]:
         """``d(sum_i loss_i) / d(target)`` for every recorded target, by one backward."""
         targets: dict[int, torch.Tensor] = {}
+        names = {id(p): n for n, p in self.named_parameters}
         for layer in self._layers:
+            owned = [names[id(p)] for p in layer.trainable.values()]
             for call, versions in layer.calls:
                 if _versions(call) != versions:
-                    raise IncompatibleModelError(
+                    raise mismatch(
                         f"A tensor of module {layer.path!r} ({type(layer.module).__name__}) was "
                         "modified in place after its forward (e.g. nn.ReLU(inplace=True)), so its "
                         "recorded activations or output gradient would be wrong. Use "
-                        "inplace=False after supported layers, or VmapEngine."
+                        "inplace=False after supported layers, or VmapEngine.",
+                        owned,
                     )
                 if call.target.dim() < 1 or call.target.shape[0] != batch_size:
-                    raise IncompatibleModelError(
+                    raise mismatch(
                         f"Module {layer.path!r} ({type(layer.module).__name__}) produced a tensor "
                         f"of shape {tuple(call.target.shape)} from the lot's examples, whose first "
                         f"dimension is not the lot size {batch_size}; the fast path needs "
-                        "batch-first layers. Use VmapEngine instead."
+                        "batch-first layers. Use VmapEngine instead.",
+                        owned,
                     )
                 targets[id(call.target)] = call.target
         for meeting in meetings:

@@ -30,7 +30,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
 from dpcore.errors import InvalidParameterError
-from dpcore.torch.errors import IncompatibleModelError
+from dpcore.torch.errors import ExamplesInteractError, IncompatibleModelError
 
 LossFunction = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 """``loss_fn(outputs, targets)`` returning one loss per example, shape ``(batch,)``."""
@@ -207,7 +207,7 @@ def check_examples_independent(
     Compares every example's loss in the lot with its loss alone (eval mode, float tolerance).
 
     Raises:
-        IncompatibleModelError: naming the first example whose losses differ.
+        ExamplesInteractError: naming the first example whose losses differ.
     """
     with torch.no_grad(), eval_mode(model):
         batched = per_example_losses(loss_fn, model(inputs), targets, inputs.shape[0])
@@ -217,7 +217,7 @@ def check_examples_independent(
     dtype = batched.dtype
     for i in range(inputs.shape[0]):
         if not close(batched[i : i + 1], alone[i : i + 1], dtype):
-            raise IncompatibleModelError(
+            raise ExamplesInteractError(
                 f"The model's examples interact: in a trial lot of {inputs.shape[0]}, example "
                 f"{i}'s loss is {float(batched[i])!r} but {float(alone[i])!r} when it is alone "
                 "(an operation mixes the rows of the lot, such as a batch statistic). "

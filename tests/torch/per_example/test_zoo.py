@@ -225,3 +225,32 @@ def test_examples_mixing_only_in_the_gradient_are_refused(engine: str) -> None:
     built = make_engine(_GradientMixing(), engine=engine, max_grad_norm=1.0, **options)  # type: ignore[arg-type]
     with pytest.raises(IncompatibleModelError, match="linear"):
         built.prepare(*_lot(), CROSS_ENTROPY)
+
+
+class _TimeFirst(nn.Module):
+    """A Linear applied to ``(T, batch, d)``: rows are positions, not examples."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4, 3, dtype=torch.float64)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        return self.linear(inputs.transpose(0, 1)).mean(0)
+
+
+def test_a_layer_that_is_not_batch_first_goes_to_vmap_even_when_the_lot_matches_its_length() -> None:
+    torch.manual_seed(0)
+    model = _TimeFirst()
+    generator = torch.Generator().manual_seed(1)
+    inputs = torch.randn(5, 5, 4, generator=generator, dtype=torch.float64)  # lot 5 == T 5
+    targets = torch.tensor([0, 1, 2, 0, 1])
+    with pytest.raises(IncompatibleModelError, match="'linear.weight'|batch-first"):
+        make_engine(model, engine="fast", max_grad_norm=1.0).clipped_sum(
+            inputs, targets, CROSS_ENTROPY
+        )
+    engine = make_engine(model, engine="auto", max_grad_norm=1.0)
+    with pytest.warns(EngineFallbackWarning, match="linear"):
+        lot = engine.clipped_sum(inputs, targets, CROSS_ENTROPY)
+    assert engine.name == "vmap"
+    gradients = loop_gradients(model, inputs, targets, CROSS_ENTROPY)
+    torch.testing.assert_close(lot.norms, loop_norms(gradients), atol=TOLERANCE, rtol=0)
