@@ -46,8 +46,8 @@ from audits.results_io import RESULTS, load, save
 from dpcore.calibration import calibrate_noise
 from dpcore.torch.noise import SeededGaussianNoise
 from dpcore.torch.optimizers import DPOptimizer
-from dpcore.torch.per_example.fast import FastEngine, _Layer
 from dpcore.torch.per_example.dataflow import BatchDataflow
+from dpcore.torch.per_example.fast import FastEngine, _Layer
 
 CANARY_TOKEN = 0  # a token no real example uses
 
@@ -160,13 +160,20 @@ def _clipped_gradients(
 
 
 def step_scores(
-    config: PositionsConfig, engine_class: type[FastEngine], *, sigma: float, insert: bool, seed: int
+    config: PositionsConfig,
+    engine_class: type[FastEngine],
+    *,
+    sigma: float,
+    insert: bool,
+    seed: int,
 ) -> np.ndarray:
     """One run: the score s_t of every step (see the module docstring)."""
     torch.manual_seed(seed)
     model = PositionModel(config)
     tokens = _data(config, seed)
-    with torch.no_grad():  # real examples agree with the head: small gradients, the canary stands out
+    with (
+        torch.no_grad()
+    ):  # real examples agree with the head: small gradients, the canary stands out
         labels = model(tokens).argmax(1)
     canary_tokens, canary_label = _canary(model, config)
     engine = engine_class(model, max_grad_norm=config.max_grad_norm)
@@ -287,8 +294,8 @@ def write_report() -> None:
         "lies in the position table. ε_lb: 95% lower bound (per-step μ_lb composed with the PLD "
         "accountant at the claimed q, lower end). Consistent: ε_lb ≤ the PLD upper bound.",
         "",
-        "| engine | σ | q | T = lot | steps | μ_lb (claim 1/σ) | ε_lb (95%) | PLD ε interval "
-        "| consistent | mean score in / out | seconds |",
+        "| engine | sigma | q | T = lot | steps | μ_lb (claim 1/sigma) | ε_lb (95%) "
+        "| PLD ε interval | consistent | mean score in / out | seconds |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:

@@ -48,11 +48,7 @@ class AutoEngine(PerExampleEngine):
     ) -> None:
         super().__init__(model, max_grad_norm=max_grad_norm, nonfinite=nonfinite)
         self.chosen: PerExampleEngine | None = None
-
-    @property  # type: ignore[override]
-    def name(self) -> str:
-        """The chosen engine's name (``"auto"`` before the choice)."""
-        return "auto" if self.chosen is None else self.chosen.name
+        self.name = "auto"  # the chosen engine's name once chosen
 
     def prepare(self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction) -> None:
         fast = FastEngine(self.model, max_grad_norm=self.max_grad_norm, nonfinite=self.nonfinite)
@@ -63,7 +59,9 @@ class AutoEngine(PerExampleEngine):
             raise  # no engine can clip such a model
         except IncompatibleModelError as error:
             names = getattr(error, "parameters", None) or ["(see below)"]
-            vmap = VmapEngine(self.model, max_grad_norm=self.max_grad_norm, nonfinite=self.nonfinite)
+            vmap = VmapEngine(
+                self.model, max_grad_norm=self.max_grad_norm, nonfinite=self.nonfinite
+            )
             vmap.prepare(inputs, targets, loss_fn)
             warnings.warn(
                 f"engine='auto' trains this model with the vmap engine (exact, slower): the fast "
@@ -75,6 +73,7 @@ class AutoEngine(PerExampleEngine):
         if not chosen.prepared:  # no finite example to try on yet
             return
         self.chosen = chosen
+        self.name = chosen.name
         self.prepared = True
 
     def _clipped_sum(

@@ -127,7 +127,10 @@ def forward_mode_friendly(
     Attention runs on the math kernel (:func:`_attention_in_elementary_ops`).
     See :func:`_recurrent_forward_mode` for recurrent layers.
     """
-    with _attention_in_elementary_ops(), _recurrent_forward_mode(model, device, decompose_lstm=decompose_lstm):
+    with (
+        _attention_in_elementary_ops(),
+        _recurrent_forward_mode(model, device, decompose_lstm=decompose_lstm),
+    ):
         yield
 
 

@@ -25,12 +25,11 @@ def _swap_distance(engine_class: type[FastEngine]) -> float:
     engine.prepare(tokens[:16], labels[:16], dpsgd_positions._loss)
     keep = CONFIG.length - 1
     with_canary = engine.clipped_sum(
-        torch.cat([tokens[:keep], canary]), torch.cat([labels[:keep], canary_label]),
+        torch.cat([tokens[:keep], canary]),
+        torch.cat([labels[:keep], canary_label]),
         dpsgd_positions._loss,
     )
-    without = engine.clipped_sum(
-        tokens[: keep + 1], labels[: keep + 1], dpsgd_positions._loss
-    )
+    without = engine.clipped_sum(tokens[: keep + 1], labels[: keep + 1], dpsgd_positions._loss)
     return float((with_canary.summed[0] - without.summed[0]).norm())
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Callable
 from typing import Literal
 
 import torch
@@ -150,7 +149,7 @@ class PerExampleEngine(abc.ABC):
             )
         finite = finite_examples(self.model, inputs, targets, loss_fn)
         if not finite:
-            return  # nothing to try on: the next non-empty lot prepares (it contributes 0 or raises)
+            return  # nothing to try on yet: the next non-empty lot prepares
         inputs, targets = inputs[finite], targets[finite]
         for size in trial_sizes(self.model, inputs, targets, loss_fn):
             lot, lot_targets = trial_lot(inputs, targets, size)

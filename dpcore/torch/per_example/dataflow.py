@@ -101,7 +101,7 @@ class Meeting:
 
     @property
     def name(self) -> str:
-        return getattr(self.func, "__qualname__", None) or getattr(self.func, "__name__", "op")
+        return str(getattr(self.func, "__qualname__", None) or getattr(self.func, "__name__", "op"))
 
 
 class _Registry:
@@ -244,7 +244,5 @@ class BatchDataflow(TorchFunctionMode):
         )
         output = result if isinstance(result, torch.Tensor) else torch.empty(0)
         self.meetings.append(
-            Meeting(
-                func, args, kwargs, output, positions, parameters, supported, output._version
-            )
+            Meeting(func, args, kwargs, output, positions, parameters, supported, output._version)
         )

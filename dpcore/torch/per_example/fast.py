@@ -112,7 +112,7 @@ def _plan(model: nn.Module) -> list[_Layer]:
     Raises:
         IncompatibleModelError: a handled module's configuration is unsupported.
     """
-    layers = []
+    layers: list[_Layer] = []
     for path, module in model.named_modules(remove_duplicate=False):
         trainable = {n: p for n, p in module.named_parameters(recurse=False) if p.requires_grad}
         handler = handler_for(module)
@@ -245,19 +245,31 @@ class FastEngine(PerExampleEngine):
 
     # -- the forward, with the data flow followed -------------------------------------------
 
-    def _before(self, layer: _Layer, dataflow: BatchDataflow, module: nn.Module, args: Any, kwargs: Any) -> Any:
+    def _before(
+        self, layer: _Layer, dataflow: BatchDataflow, module: nn.Module, args: Any, kwargs: Any
+    ) -> Any:
         batched = any(dataflow.is_batched(t) for t in tree_leaves((args, kwargs)))
         layer.batched.append(batched)
         if not batched:
             return None
         dataflow.enter_layer()
-        if layer.handler.target_is_input and args and isinstance(args[0], torch.Tensor):
-            if not args[0].requires_grad:  # the handler's target must be a graph node
-                return (args[0].detach().requires_grad_(), *args[1:]), kwargs
+        first = args[0] if args else None
+        if (  # the handler's target (the input) must be a graph node
+            layer.handler.target_is_input
+            and isinstance(first, torch.Tensor)
+            and not first.requires_grad
+        ):
+            return (first.detach().requires_grad_(), *args[1:]), kwargs
         return None
 
     def _after(
-        self, layer: _Layer, dataflow: BatchDataflow, module: nn.Module, args: Any, kwargs: Any, output: Any
+        self,
+        layer: _Layer,
+        dataflow: BatchDataflow,
+        module: nn.Module,
+        args: Any,
+        kwargs: Any,
+        output: Any,
     ) -> None:
         if layer.batched.pop():
             dataflow.exit_layer()
@@ -348,11 +360,11 @@ class FastEngine(PerExampleEngine):
             self._verified = True
         summed = []
         for name, parameter in self.named_parameters:
-            term = result.terms.get(name)
+            own = result.terms.get(name)
             summed.append(
                 torch.zeros_like(parameter)
-                if term is None
-                else term.weighted_sum(factors, mask).to(parameter.dtype)
+                if own is None
+                else own.weighted_sum(factors, mask).to(parameter.dtype)
             )
         return ClippedBatch(
             summed, norms.detach(), factors, result.losses.detach(), result.outputs.detach()

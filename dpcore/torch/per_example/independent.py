@@ -76,7 +76,9 @@ def refuse_unsupported(meetings: Sequence[Meeting], batch_size: int) -> None:
                 f"{tuple(meeting.output.shape)} is not batch-first (lot of {batch_size})"
             )
         elif meeting.output._version != meeting.version:
-            problem = f"meet the lot's examples in {meeting.name}, whose result is then modified in place"
+            problem = (
+                f"meet the lot's examples in {meeting.name}, whose result is then modified in place"
+            )
         if problem is not None:
             names = sorted(meeting.parameters)
             error = IncompatibleModelError(
@@ -175,7 +177,7 @@ def _pull_back(
             for row in rows
         ]
         return [
-            None if column[0] is None else torch.stack(list(column))  # type: ignore[arg-type]
+            None if column[0] is None else torch.stack(list(column))
             for column in zip(*per_example, strict=True)
         ]
 

@@ -105,11 +105,11 @@ class EmbeddingHandler(LayerHandler):
             kept = rows if keep is None else zero_dropped_rows(rows, keep[row_owner])
             return rows.new_zeros(vocabulary, width).index_add_(0, row_index, kept * weights)
 
-        def dense_rows() -> torch.Tensor:
+        def materialised_rows() -> torch.Tensor:
             dense = rows.new_zeros(batch_size, vocabulary, width)
             return dense.index_put_((row_owner, row_index), rows)
 
-        return [ParameterTerm("weight", squared, sum_rows, dense_rows)]
+        return [ParameterTerm("weight", squared, sum_rows, materialised_rows)]
 
 
 class IdentityInputLSTMHandler(LayerHandler):

@@ -22,7 +22,7 @@ __all__ = ["functional_call_restoring", "restoring_state"]
 @contextlib.contextmanager
 def restoring_state(model: nn.Module) -> Iterator[None]:
     """Put back every module's own parameter and buffer objects on exit."""
-    saved = [
+    saved: list[tuple[dict[str, Any], str, Any]] = [
         (slots, name, value)
         for module in model.modules()
         for slots in (module._parameters, module._buffers)

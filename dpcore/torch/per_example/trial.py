@@ -37,7 +37,6 @@ LossFunction = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 __all__ = [
     "LossFunction",
-    "per_example_losses",
     "check_examples_independent",
     "close",
     "compare_with_loop",
@@ -45,6 +44,7 @@ __all__ = [
     "finite_examples",
     "loop_gradients",
     "mismatch",
+    "per_example_losses",
     "tolerance",
     "trial_lot",
     "trial_sizes",
@@ -79,7 +79,7 @@ def eval_mode(model: nn.Module) -> Iterator[None]:
 
 
 def tolerance(dtype: torch.dtype) -> float:
-    """Relative tolerance of a comparison in ``dtype`` (rounding of sums of a few thousand terms)."""
+    """Relative tolerance of a comparison in ``dtype`` (rounding of sums of many terms)."""
     if dtype == torch.float64:
         return 1e-9
     if dtype == torch.float32:
@@ -140,7 +140,9 @@ class _Dimensions(TorchFunctionMode):
         return result
 
 
-def trial_sizes(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: Any) -> tuple[int, int]:
+def trial_sizes(
+    model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: Any
+) -> tuple[int, int]:
     """The two smallest lot sizes >= 2 that no tensor of a one-example forward has as a dimension.
 
     Parameter shapes and the example's own shape count too.
@@ -245,7 +247,10 @@ def loop_gradients(
             loss = _alone(model, loss_fn, inputs, targets, i)
             grads = torch.autograd.grad(loss, list(parameters), allow_unused=True)
         rows.append(
-            [torch.zeros_like(p) if g is None else g for p, g in zip(parameters, grads, strict=True)]
+            [
+                torch.zeros_like(p) if g is None else g
+                for p, g in zip(parameters, grads, strict=True)
+            ]
         )
         losses.append(loss.detach())
     return rows, torch.stack(losses)

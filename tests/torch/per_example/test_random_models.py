@@ -66,13 +66,17 @@ class Assembled(nn.Module):
             elif kind == "mlp":
                 layers.append(
                     nn.Sequential(
-                        nn.Linear(d, 2 * d, dtype=dtype), nn.GELU(), nn.Linear(2 * d, d, dtype=dtype)
+                        nn.Linear(d, 2 * d, dtype=dtype),
+                        nn.GELU(),
+                        nn.Linear(2 * d, d, dtype=dtype),
                     )
                 )
             elif kind == "norm":
                 layers.append(nn.LayerNorm(d, dtype=dtype))
             elif kind == "scale":
-                layers.append(nn.ParameterList([nn.Parameter(1 + 0.3 * torch.randn(d, dtype=dtype))]))
+                layers.append(
+                    nn.ParameterList([nn.Parameter(1 + 0.3 * torch.randn(d, dtype=dtype))])
+                )
             else:  # shared: one Linear applied twice
                 layers.append(nn.Linear(d, d, dtype=dtype))
         self.layers = layers
@@ -140,7 +144,11 @@ def specs(draw: st.DrawFn) -> Spec:
         cls=draw(st.booleans()),
         prompt=draw(st.integers(0, 3)),
         blocks=tuple(
-            draw(st.lists(st.sampled_from(["attention", "mlp", "norm", "scale", "shared"]), max_size=3))
+            draw(
+                st.lists(
+                    st.sampled_from(["attention", "mlp", "norm", "scale", "shared"]), max_size=3
+                )
+            )
         ),
         tied=tokens and draw(st.booleans()),
         classes=draw(st.integers(2, 4)),

@@ -93,7 +93,10 @@ def test_jl_projections_and_weighted_sums_match_the_loop(name: str) -> None:
             [
                 torch.stack(
                     [
-                        sum((g * tangents[n][j]).sum() for (n, _), g in zip(engine.named_parameters, row))
+                        sum(
+                            (g * tangents[n][j]).sum()
+                            for (n, _), g in zip(engine.named_parameters, row, strict=True)
+                        )
                         for row in gradients
                     ]
                 )
@@ -200,7 +203,7 @@ def test_interacting_examples_are_refused_by_every_engine(engine: str) -> None:
 
 
 def test_rows_that_are_not_examples_are_refused_by_the_fast_path_and_exact_on_vmap() -> None:
-    with pytest.raises(IncompatibleModelError, match="'first.weight'|'second.weight'"):
+    with pytest.raises(IncompatibleModelError, match=r"'first\.weight'|'second\.weight'"):
         make_engine(_Flipped(), engine="fast", max_grad_norm=1.0).prepare(*_lot(), CROSS_ENTROPY)
     torch.manual_seed(0)
     model = _Flipped()
@@ -238,13 +241,13 @@ class _TimeFirst(nn.Module):
         return self.linear(inputs.transpose(0, 1)).mean(0)
 
 
-def test_a_layer_that_is_not_batch_first_goes_to_vmap_even_when_the_lot_matches_its_length() -> None:
+def test_a_non_batch_first_layer_goes_to_vmap_even_at_a_lot_equal_to_its_length() -> None:
     torch.manual_seed(0)
     model = _TimeFirst()
     generator = torch.Generator().manual_seed(1)
     inputs = torch.randn(5, 5, 4, generator=generator, dtype=torch.float64)  # lot 5 == T 5
     targets = torch.tensor([0, 1, 2, 0, 1])
-    with pytest.raises(IncompatibleModelError, match="'linear.weight'|batch-first"):
+    with pytest.raises(IncompatibleModelError, match=r"'linear\.weight'|batch-first"):
         make_engine(model, engine="fast", max_grad_norm=1.0).clipped_sum(
             inputs, targets, CROSS_ENTROPY
         )
