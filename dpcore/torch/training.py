@@ -22,10 +22,12 @@ from dpcore.accountants import accountant_class
 from dpcore.errors import InvalidParameterError, StateError, UnsupportedEventError
 from dpcore.torch.engines import make_engine
 from dpcore.torch.ledger import PrivacyLedger
+from dpcore.torch.batches import Batch, batch_size, take
 from dpcore.torch.noise import NoiseSource, SeededGaussianNoise
 from dpcore.torch.optimizers import DPOptimizer
 from dpcore.torch.per_example.base import LossFunction, NonFinitePolicy
 from dpcore.torch.per_example.jl import JLEngine
+from dpcore.torch.per_example.virtual import clipped_sum_in_parts
 from dpcore.torch.samplers import PoissonSampler, ShuffledBatchSampler
 from dpcore.validation import check_count, check_delta, check_positive
 
@@ -66,8 +68,9 @@ class DPTrainer:
 
     Args:
         model: the model; its examples must be independent (no BatchNorm).
-        inputs: all training inputs, first dimension N.
-        targets: all training targets, first dimension N.
+        inputs: all training inputs, first dimension N: a tensor, or a tuple/list/dict of
+            tensors (the model is called as ``model(x)``, ``model(*x)`` or ``model(**x)``).
+        targets: all training targets, first dimension N (a tensor or such a structure).
         loss_fn: per-example losses (``reduction="none"``).
         optimizer: a torch optimizer over the model's trainable parameters (SGD for DP-SGD,
             Adam for DP-Adam).
@@ -80,14 +83,17 @@ class DPTrainer:
         noise: the noise source (default seeded from ``seed``).
         seed: seeds the noise and the JL directions when their sources are not given.
         nonfinite: ``"raise"`` or ``"zero"`` for NaN/inf per-example gradients.
+        max_physical_batch_size: clip each lot this many examples at a time (virtual lots:
+            memory follows this size, the noise and the ledger event stay one per lot);
+            ``None`` processes a lot in one batch.
     """
 
     def __init__(
         self,
         model: nn.Module,
         *,
-        inputs: torch.Tensor,
-        targets: torch.Tensor,
+        inputs: Batch,
+        targets: Batch,
         loss_fn: LossFunction,
         optimizer: torch.optim.Optimizer,
         noise_multiplier: float,
@@ -98,19 +104,26 @@ class DPTrainer:
         noise: NoiseSource | None = None,
         seed: int | None = None,
         nonfinite: NonFinitePolicy = "raise",
+        max_physical_batch_size: int | None = None,
     ) -> None:
-        if inputs.shape[0] != targets.shape[0]:
+        size = batch_size(inputs)
+        if batch_size(targets, "targets") != size:
             raise InvalidParameterError(
-                "targets", f"to have {inputs.shape[0]} rows like inputs", targets.shape[0]
+                "targets", f"to have {size} rows like inputs", batch_size(targets, "targets")
             )
         if not isinstance(sampler, PoissonSampler | ShuffledBatchSampler):
             raise InvalidParameterError(
                 "sampler", "to be a PoissonSampler or ShuffledBatchSampler", sampler
             )
-        if sampler.dataset_size != inputs.shape[0]:
+        if sampler.dataset_size != size:
             raise InvalidParameterError(
-                "sampler", f"to sample from {inputs.shape[0]} examples", sampler.dataset_size
+                "sampler", f"to sample from {size} examples", sampler.dataset_size
             )
+        self.max_physical_batch_size = (
+            None
+            if max_physical_batch_size is None
+            else check_count("max_physical_batch_size", max_physical_batch_size, minimum=1)
+        )
         self.model = model
         self.inputs = inputs
         self.targets = targets
@@ -125,9 +138,9 @@ class DPTrainer:
             directions=directions,
             nonfinite=nonfinite,
         )
-        pool = min(inputs.shape[0], self.engine.TRIAL_POOL)
-        if pool:  # refuse an incompatible model now, not at some later lot
-            self.engine.prepare(inputs[:pool], targets[:pool], loss_fn)
+        pool = slice(0, min(size, self.engine.TRIAL_POOL))
+        if size:  # refuse an incompatible model now, not at some later lot
+            self.engine.prepare(take(inputs, pool), take(targets, pool), loss_fn)
         self.optimizer = DPOptimizer(
             optimizer,
             engine=self.engine,
@@ -170,7 +183,17 @@ class DPTrainer:
         """Draw a lot, clip, add noise, step, record the event."""
         self.model.train()
         lot = self.sampler.sample()
-        clipped = self.engine.clipped_sum(self.inputs[lot], self.targets[lot], self.loss_fn)
+        inputs, targets = take(self.inputs, lot), take(self.targets, lot)
+        if self.max_physical_batch_size is None:
+            clipped = self.engine.clipped_sum(inputs, targets, self.loss_fn)
+        else:
+            clipped = clipped_sum_in_parts(
+                self.engine,
+                inputs,
+                targets,
+                self.loss_fn,
+                max_physical_batch_size=self.max_physical_batch_size,
+            )
         self.optimizer.step(clipped)
         self.ledger.record(
             sampling_probability=self.sampler.sampling_probability,
@@ -179,8 +202,8 @@ class DPTrainer:
         )
         loss = float(clipped.losses.mean()) if len(lot) else math.nan
         correct = (
-            accuracy(clipped.outputs, self.targets[lot])
-            if clipped.outputs is not None
+            accuracy(clipped.outputs, targets)
+            if isinstance(clipped.outputs, torch.Tensor) and isinstance(targets, torch.Tensor)
             else math.nan
         )
         return StepResult(self.ledger.steps, len(lot), loss, correct)

@@ -9,7 +9,9 @@ and the weighted sum; the DP optimizer adds the noise.
 from __future__ import annotations
 
 import abc
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 from typing import Literal
 
 import torch
@@ -17,6 +19,7 @@ from torch import nn
 
 from dpcore.errors import InvalidParameterError
 from dpcore.torch.compat import check_independent_examples
+from dpcore.torch.batches import Batch, batch_size, take
 from dpcore.torch.errors import IncompatibleModelError, NonFiniteGradientError
 from dpcore.torch.per_example.trial import (
     LossFunction,
@@ -51,14 +54,15 @@ class ClippedBatch:
             by the JL engine); NaN/inf rows are kept here so callers can see them.
         clip_factors: ``(batch,)`` the ``c_i`` applied (0 for dropped non-finite examples).
         losses: ``(batch,)`` per-example losses, detached.
-        outputs: the model outputs, detached (for accuracy), or ``None`` for an empty lot.
+        outputs: the model outputs (any structure the model returns), detached (for accuracy),
+            or ``None`` for an empty lot.
     """
 
     summed: list[torch.Tensor]
     norms: torch.Tensor
     clip_factors: torch.Tensor
     losses: torch.Tensor
-    outputs: torch.Tensor | None
+    outputs: Batch | None
 
 
 def clip_factors(
@@ -125,7 +129,7 @@ class PerExampleEngine(abc.ABC):
             raise IncompatibleModelError("The model has no trainable parameter to clip.")
         self.prepared = False
 
-    def prepare(self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction) -> None:
+    def prepare(self, inputs: Batch, targets: Batch, loss_fn: LossFunction) -> None:
         """Check the model on two trial lots built from these examples, once, before training.
 
         The trial lots' sizes differ from every dimension of the model's tensors
@@ -143,22 +147,30 @@ class PerExampleEngine(abc.ABC):
             IncompatibleModelError: the model mixes examples, or this engine does not compute
                 its per-example gradients exactly (the message names the parameter).
         """
-        if inputs.shape[0] < 1 or inputs.shape[0] != targets.shape[0]:
-            raise InvalidParameterError(
-                "inputs", "at least one example, with as many targets", inputs.shape[0]
-            )
+        size = batch_size(inputs)
+        if size < 1 or size != batch_size(targets, "targets"):
+            raise InvalidParameterError("inputs", "at least one example, with as many targets", size)
         finite = finite_examples(self.model, inputs, targets, loss_fn)
         if not finite:
             return  # nothing to try on yet: the next non-empty lot prepares
-        inputs, targets = inputs[finite], targets[finite]
+        index = torch.tensor(finite)
+        inputs, targets = take(inputs, index), take(targets, index)
         for size in trial_sizes(self.model, inputs, targets, loss_fn):
             lot, lot_targets = trial_lot(inputs, targets, size)
             check_examples_independent(self.model, lot, lot_targets, loss_fn)
             self._check_trial(lot, lot_targets, loss_fn)
         self.prepared = True
 
+    @contextlib.contextmanager
+    def one_lot(self) -> Iterator[None]:
+        """While open, every :meth:`clipped_sum` belongs to one logical lot (virtual lots).
+
+        Exact engines need nothing; the JL engine draws its directions once for the lot.
+        """
+        yield
+
     def _check_trial(  # noqa: B027
-        self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction
+        self, inputs: Batch, targets: Batch, loss_fn: LossFunction
     ) -> None:
         """Engine-specific comparison with the loop on one trial lot (default: none)."""
 
@@ -168,17 +180,19 @@ class PerExampleEngine(abc.ABC):
         return [p for _, p in self.named_parameters]
 
     def clipped_sum(
-        self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction
+        self, inputs: Batch, targets: Batch, loss_fn: LossFunction
     ) -> ClippedBatch:
         """Sum of clipped per-example gradients of ``loss_fn(model(inputs), targets)``.
 
-        An empty lot (``inputs.shape[0] == 0``) returns zero sums without running the model.
+        ``inputs`` and ``targets`` may be tensors, tuples/lists or dicts of batch-first tensors
+        (:mod:`dpcore.torch.batches`). An empty lot returns zero sums without running the model.
         """
-        if inputs.shape[0] != targets.shape[0]:
+        size = batch_size(inputs)
+        if batch_size(targets, "targets") != size:
             raise InvalidParameterError(
-                "targets", f"to have batch size {inputs.shape[0]} like inputs", targets.shape[0]
+                "targets", f"to have batch size {size} like inputs", batch_size(targets, "targets")
             )
-        if inputs.shape[0] == 0:
+        if size == 0:
             empty = torch.zeros(0, dtype=self.parameters[0].dtype)
             return ClippedBatch(
                 summed=[torch.zeros_like(p) for p in self.parameters],
@@ -188,11 +202,12 @@ class PerExampleEngine(abc.ABC):
                 outputs=None,
             )
         if not self.prepared:
-            self.prepare(inputs[: self.TRIAL_POOL], targets[: self.TRIAL_POOL], loss_fn)
+            pool = slice(0, self.TRIAL_POOL)
+            self.prepare(take(inputs, pool), take(targets, pool), loss_fn)
         return self._clipped_sum(inputs, targets, loss_fn)
 
     @abc.abstractmethod
     def _clipped_sum(
-        self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction
+        self, inputs: Batch, targets: Batch, loss_fn: LossFunction
     ) -> ClippedBatch:
         """Engine-specific work on a non-empty lot."""

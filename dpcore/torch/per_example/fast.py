@@ -34,6 +34,7 @@ from torch import nn
 from torch.utils._pytree import tree_leaves
 
 from dpcore.errors import InvalidParameterError
+from dpcore.torch.batches import Batch, batch_size, call_model, detached, tensors
 from dpcore.torch.compat import check_independent_examples
 from dpcore.torch.errors import IncompatibleModelError
 from dpcore.torch.layers import IdentityInputLSTM
@@ -175,7 +176,7 @@ def _versions(call: LayerCall) -> tuple[int, ...]:
 class _Pass:
     """One forward and output-only backward: per-parameter terms, by parameter name."""
 
-    outputs: torch.Tensor
+    outputs: Batch
     losses: torch.Tensor
     terms: dict[str, ParameterTerm]
     reference: list[torch.Tensor] | None
@@ -277,9 +278,9 @@ class FastEngine(PerExampleEngine):
             layer.calls.append((call, _versions(call)))
 
     def _forward(
-        self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction
+        self, inputs: Batch, targets: Batch, loss_fn: LossFunction
     ) -> tuple[torch.Tensor, torch.Tensor, BatchDataflow]:
-        dataflow = BatchDataflow((inputs, targets), self.named_parameters)
+        dataflow = BatchDataflow((*tensors(inputs), *tensors(targets)), self.named_parameters)
         handles = []
         for layer in self._layers:
             layer.calls, layer.batched = [], []
@@ -289,23 +290,23 @@ class FastEngine(PerExampleEngine):
             handles.append(layer.module.register_forward_hook(after, with_kwargs=True))
         try:
             with torch.enable_grad(), dataflow:
-                outputs = self.model(inputs)
-                losses = per_example_losses(loss_fn, outputs, targets, inputs.shape[0])
+                outputs = call_model(self.model, inputs)
+                losses = per_example_losses(loss_fn, outputs, targets, batch_size(inputs))
         finally:
             for handle in handles:
                 handle.remove()
         return outputs, losses, dataflow
 
     def _pass(
-        self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction, *, reference: bool
+        self, inputs: Batch, targets: Batch, loss_fn: LossFunction, *, reference: bool
     ) -> _Pass:
         """Forward, one backward to the recorded tensors, and every parameter's term."""
-        batch_size = inputs.shape[0]
+        size = batch_size(inputs)
         try:
             outputs, losses, dataflow = self._forward(inputs, targets, loss_fn)
-            refuse_unsupported(dataflow.meetings, batch_size)
+            refuse_unsupported(dataflow.meetings, size)
             expected = self._reference_gradients(losses) if reference else None
-            backprops = self._backprops(losses, batch_size, dataflow.meetings)
+            backprops = self._backprops(losses, size, dataflow.meetings)
             found: dict[str, list[ParameterTerm]] = {}
             names = {id(p): n for n, p in self.named_parameters}
             for layer in self._layers:
@@ -315,7 +316,7 @@ class FastEngine(PerExampleEngine):
                         layer.module,
                         pairs,
                         path=layer.path,
-                        batch_size=batch_size,
+                        batch_size=size,
                         trainable=set(layer.trainable),
                         strategy=self.norm_strategy,
                     ):
@@ -342,13 +343,13 @@ class FastEngine(PerExampleEngine):
         return _Pass(outputs, losses, terms, expected)
 
     def _clipped_sum(
-        self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction
+        self, inputs: Batch, targets: Batch, loss_fn: LossFunction
     ) -> ClippedBatch:
-        batch_size = inputs.shape[0]
+        size = batch_size(inputs)
         first = not self._verified
         result = self._pass(inputs, targets, loss_fn, reference=first)
         dtype = self.parameters[0].dtype
-        squared = torch.zeros(batch_size, dtype=dtype, device=result.losses.device)
+        squared = torch.zeros(size, dtype=dtype, device=result.losses.device)
         for term in result.terms.values():
             squared = squared + term.squared_norms.to(dtype)
         norms = squared.sqrt()
@@ -367,13 +368,13 @@ class FastEngine(PerExampleEngine):
                 else own.weighted_sum(factors, mask).to(parameter.dtype)
             )
         return ClippedBatch(
-            summed, norms.detach(), factors, result.losses.detach(), result.outputs.detach()
+            summed, norms.detach(), factors, result.losses.detach(), detached(result.outputs)
         )
 
     # -- checks ------------------------------------------------------------------------------
 
     def _check_trial(
-        self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction
+        self, inputs: Batch, targets: Batch, loss_fn: LossFunction
     ) -> None:
         """Every parameter's per-example squared norms and clipped sum equal the loop's."""
         with eval_mode(self.model), _ieee_float32():
@@ -388,11 +389,11 @@ class FastEngine(PerExampleEngine):
             )
 
     def _check_norms(
-        self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction
+        self, inputs: Batch, targets: Batch, loss_fn: LossFunction
     ) -> None:
         """Per-example norms of three examples of this lot equal batch-of-one autograd passes."""
-        batch_size = inputs.shape[0]
-        examples = sorted({0, batch_size // 2, batch_size - 1})
+        size = batch_size(inputs)
+        examples = sorted({0, size // 2, size - 1})
         with eval_mode(self.model), _ieee_float32():
             result = self._pass(inputs, targets, loss_fn, reference=False)
             loop, _ = loop_gradients(
@@ -410,7 +411,7 @@ class FastEngine(PerExampleEngine):
             expected = torch.stack([row[j].square().sum() for row in loop]).cpu()
             if not close(found, expected, dtype, scale=total):
                 raise mismatch(
-                    f"On this lot of {batch_size}, the per-example gradient norms of parameter "
+                    f"On this lot of {size}, the per-example gradient norms of parameter "
                     f"{name!r} differ from batch-of-one autograd passes (examples {examples}). "
                     "Use VmapEngine (exact, any module) instead.",
                     [name],
@@ -456,7 +457,7 @@ class FastEngine(PerExampleEngine):
         return True
 
     def _backprops(
-        self, losses: torch.Tensor, batch_size: int, meetings: list[Meeting]
+        self, losses: torch.Tensor, size: int, meetings: list[Meeting]
     ) -> dict[int, torch.Tensor]:
         """``d(sum_i loss_i) / d(target)`` for every recorded target, by one backward."""
         targets: dict[int, torch.Tensor] = {}
@@ -472,11 +473,11 @@ class FastEngine(PerExampleEngine):
                         "inplace=False after supported layers, or VmapEngine.",
                         owned,
                     )
-                if call.target.dim() < 1 or call.target.shape[0] != batch_size:
+                if call.target.dim() < 1 or call.target.shape[0] != size:
                     raise mismatch(
                         f"Module {layer.path!r} ({type(layer.module).__name__}) produced a tensor "
                         f"of shape {tuple(call.target.shape)} from the lot's examples, whose first "
-                        f"dimension is not the lot size {batch_size}; the fast path needs "
+                        f"dimension is not the lot size {size}; the fast path needs "
                         "batch-first layers. Use VmapEngine instead.",
                         owned,
                     )

@@ -20,11 +20,13 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch import nn
 from torch.func import jvp, vmap
 
+from dpcore.torch.batches import Batch, batch_size, call_model, detached, model_arguments
 from dpcore.torch.forward_mode import forward_mode_friendly
 from dpcore.torch.noise import NoiseSource, SeededGaussianNoise
 from dpcore.torch.per_example.base import (
@@ -93,6 +95,8 @@ class JLEngine(PerExampleEngine):
             directions if directions is not None else SeededGaussianNoise()
         )
         self.vmap_directions = bool(vmap_directions)
+        self._in_lot = False
+        self._lot_directions: dict[str, torch.Tensor] | None = None
 
     def _draw_directions(self) -> dict[str, torch.Tensor]:
         r = self.jl_dimension
@@ -104,19 +108,33 @@ class JLEngine(PerExampleEngine):
         }
 
     def projections(
-        self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction
+        self, inputs: Batch, targets: Batch, loss_fn: LossFunction
     ) -> torch.Tensor:
         """``P`` with ``P[j, i] = <g_i, v_j>`` for freshly drawn directions ``v_j``.
 
         Torch's random state is restored afterwards, so a following forward pass draws the same
         dropout masks as the projections did.
         """
-        return self._project(inputs, targets, loss_fn, self._draw_directions())
+        tangents = self._lot_directions
+        if tangents is None:
+            tangents = self._draw_directions()
+            if self._in_lot:  # later micro-batches of this lot reuse them
+                self._lot_directions = tangents
+        return self._project(inputs, targets, loss_fn, tangents)
+
+    @contextlib.contextmanager
+    def one_lot(self) -> Iterator[None]:
+        """Directions drawn once, at the lot's first non-empty micro-batch, shared by the lot."""
+        self._in_lot, self._lot_directions = True, None
+        try:
+            yield
+        finally:
+            self._in_lot, self._lot_directions = False, None
 
     def _project(
         self,
-        inputs: torch.Tensor,
-        targets: torch.Tensor,
+        inputs: Batch,
+        targets: Batch,
         loss_fn: LossFunction,
         tangents: dict[str, torch.Tensor],
     ) -> torch.Tensor:
@@ -124,10 +142,13 @@ class JLEngine(PerExampleEngine):
         trainable = {n: p.detach() for n, p in self.named_parameters}
         frozen = {n: p.detach() for n, p in self.model.named_parameters() if not p.requires_grad}
         buffers = dict(self.model.named_buffers())
-        batch = inputs.shape[0]
+        batch = batch_size(inputs)
+        args, kwargs = model_arguments(inputs)
 
         def losses_of(params: dict[str, torch.Tensor]) -> torch.Tensor:
-            outputs = functional_call_restoring(self.model, (params, frozen, buffers), (inputs,))
+            outputs = functional_call_restoring(
+                self.model, (params, frozen, buffers), args, kwargs
+            )
             return per_example_losses(loss_fn, outputs, targets, batch)
 
         def one_direction(tangent: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -155,7 +176,7 @@ class JLEngine(PerExampleEngine):
             _set_rng_state(rng, device)
 
     def _check_trial(
-        self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction
+        self, inputs: Batch, targets: Batch, loss_fn: LossFunction
     ) -> None:
         """Projections onto each parameter, and the weighted backward, equal the loop's.
 
@@ -179,18 +200,20 @@ class JLEngine(PerExampleEngine):
                 scale = total**0.5 * float(tangents[name].norm())
                 if not close(found, expected, dtype, scale=scale):
                     raise mismatch(
-                        f"On a trial lot of {inputs.shape[0]}, the JL engine's projections of "
+                        f"On a trial lot of {batch_size(inputs)}, the JL engine's projections of "
                         f"parameter {name!r}'s per-example gradients differ from a "
                         "one-example-at-a-time autograd loop. Use VmapEngine instead.",
                         [name],
                     )
-            factors = torch.linspace(0.25, 1.0, inputs.shape[0], dtype=dtype, device=inputs.device)
+            factors = torch.linspace(
+                0.25, 1.0, batch_size(inputs), dtype=dtype, device=self.parameters[0].device
+            )
             summed = self._weighted_backward(inputs, targets, loss_fn, factors)[0]
         for j, (name, _) in enumerate(self.named_parameters):
             expected_sum = sum(float(c) * row[j] for c, row in zip(factors, loop, strict=True))
-            if not close(summed[j], expected_sum, dtype, scale=total**0.5 * inputs.shape[0]):  # type: ignore[arg-type]
+            if not close(summed[j], expected_sum, dtype, scale=total**0.5 * batch_size(inputs)):  # type: ignore[arg-type]
                 raise mismatch(
-                    f"On a trial lot of {inputs.shape[0]}, the JL engine's weighted backward "
+                    f"On a trial lot of {batch_size(inputs)}, the JL engine's weighted backward "
                     f"for parameter {name!r} differs from the loop's sum of weighted per-example "
                     "gradients (examples interact in the gradient). Use VmapEngine instead.",
                     [name],
@@ -198,14 +221,14 @@ class JLEngine(PerExampleEngine):
 
     def _weighted_backward(
         self,
-        inputs: torch.Tensor,
-        targets: torch.Tensor,
+        inputs: Batch,
+        targets: Batch,
         loss_fn: LossFunction,
         factors: torch.Tensor,
-    ) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
+    ) -> tuple[list[torch.Tensor], torch.Tensor, Any]:
         """``sum_i c_i g_i`` by one backward of ``sum_i c_i loss_i``; also losses and outputs."""
-        outputs = self.model(inputs)
-        losses = per_example_losses(loss_fn, outputs, targets, inputs.shape[0])
+        outputs = call_model(self.model, inputs)
+        losses = per_example_losses(loss_fn, outputs, targets, batch_size(inputs))
         keep = factors > 0
         weighted = torch.where(keep, factors.to(losses.dtype) * losses, torch.zeros_like(losses))
         summed = torch.autograd.grad(weighted.sum(), self.parameters, allow_unused=True)
@@ -216,10 +239,10 @@ class JLEngine(PerExampleEngine):
         return sums, losses, outputs
 
     def _clipped_sum(
-        self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction
+        self, inputs: Batch, targets: Batch, loss_fn: LossFunction
     ) -> ClippedBatch:
         projected = self.projections(inputs, targets, loss_fn)
         norms = projected.square().mean(dim=0).sqrt()
         factors = clip_factors(norms, max_grad_norm=self.max_grad_norm, nonfinite=self.nonfinite)
         sums, losses, outputs = self._weighted_backward(inputs, targets, loss_fn, factors)
-        return ClippedBatch(sums, norms.detach(), factors, losses.detach(), outputs.detach())
+        return ClippedBatch(sums, norms.detach(), factors, losses.detach(), detached(outputs))

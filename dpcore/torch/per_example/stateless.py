@@ -36,7 +36,9 @@ def restoring_state(model: nn.Module) -> Iterator[None]:
                 slots[name] = value
 
 
-def functional_call_restoring(model: nn.Module, tensors: Any, args: tuple[Any, ...]) -> Any:
-    """``functional_call(model, tensors, args)``, with the model's state objects restored after."""
+def functional_call_restoring(
+    model: nn.Module, tensors: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
+) -> Any:
+    """``functional_call(model, tensors, args, kwargs)``, the model's state objects restored after."""
     with restoring_state(model):
-        return functional_call(model, tensors, args)
+        return functional_call(model, tensors, args, kwargs)

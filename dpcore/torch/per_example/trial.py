@@ -27,12 +27,13 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_leaves
+from torch.utils._pytree import tree_leaves, tree_map
 
 from dpcore.errors import InvalidParameterError
+from dpcore.torch.batches import Batch, batch_size, call_model, take, tensors
 from dpcore.torch.errors import ExamplesInteractError, IncompatibleModelError
 
-LossFunction = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+LossFunction = Callable[[Any, Any], torch.Tensor]
 """``loss_fn(outputs, targets)`` returning one loss per example, shape ``(batch,)``."""
 
 __all__ = [
@@ -52,15 +53,15 @@ __all__ = [
 
 
 def per_example_losses(
-    loss_fn: LossFunction, outputs: torch.Tensor, targets: torch.Tensor, batch_size: int
+    loss_fn: LossFunction, outputs: Any, targets: Batch, size: int
 ) -> torch.Tensor:
     """Call ``loss_fn`` and check that it returns one loss per example (``reduction='none'``)."""
     losses = loss_fn(outputs, targets)
-    if not isinstance(losses, torch.Tensor) or losses.shape != (batch_size,):
+    if not isinstance(losses, torch.Tensor) or losses.shape != (size,):
         shape = tuple(losses.shape) if isinstance(losses, torch.Tensor) else losses
         raise InvalidParameterError(
             "loss_fn",
-            f"to return per-example losses of shape ({batch_size},) (use reduction='none')",
+            f"to return per-example losses of shape ({size},) (use reduction='none')",
             shape,
         )
     return losses
@@ -141,7 +142,7 @@ class _Dimensions(TorchFunctionMode):
 
 
 def trial_sizes(
-    model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: Any
+    model: nn.Module, inputs: Batch, targets: Batch, loss_fn: Any
 ) -> tuple[int, int]:
     """The two smallest lot sizes >= 2 that no tensor of a one-example forward has as a dimension.
 
@@ -149,9 +150,9 @@ def trial_sizes(
     """
     recorder = _Dimensions()
     with torch.no_grad(), eval_mode(model), recorder:
-        loss_fn(model(inputs[:1]), targets[:1])
+        loss_fn(call_model(model, take(inputs, slice(0, 1))), take(targets, slice(0, 1)))
     taken = set(recorder.sizes)
-    for tensor in (*model.parameters(), *model.buffers(), inputs, targets):
+    for tensor in (*model.parameters(), *model.buffers(), *tensors(inputs), *tensors(targets)):
         taken.update(int(s) for s in tensor.shape)
     sizes: list[int] = []
     size = 2
@@ -162,47 +163,49 @@ def trial_sizes(
     return sizes[0], sizes[1]
 
 
-def trial_lot(
-    inputs: torch.Tensor, targets: torch.Tensor, size: int
-) -> tuple[torch.Tensor, torch.Tensor]:
+def trial_lot(inputs: Batch, targets: Batch, size: int) -> tuple[Batch, Batch]:
     """``size`` examples taken cyclically from ``inputs``/``targets``.
 
     Floating-point copies of an example (when there are fewer examples than ``size``) get a
     little seeded noise, so that a model mixing the lot's rows cannot hide behind equal rows.
     """
-    pool = inputs.shape[0]
-    index = torch.arange(size, device=inputs.device) % pool
-    lot = inputs[index]
-    if size > pool and lot.is_floating_point():
-        generator = torch.Generator().manual_seed(size)
+    pool = batch_size(inputs)
+    index = torch.arange(size) % pool
+    generator = torch.Generator().manual_seed(size)
+
+    def jitter(lot: torch.Tensor) -> torch.Tensor:
+        if size <= pool or not lot.is_floating_point():
+            return lot
         noise = torch.randn(lot.shape, generator=generator, dtype=lot.dtype).to(lot.device)
         scale = lot.detach().std() if lot.numel() > 1 else lot.new_ones(())
         copies = (torch.arange(size, device=lot.device) >= pool).view(-1, *([1] * (lot.dim() - 1)))
-        lot = torch.where(copies, lot + 0.1 * scale * noise, lot)
-    return lot, targets[index.to(targets.device)]
+        return torch.where(copies, lot + 0.1 * scale * noise, lot)
+
+    return tree_map(jitter, take(inputs, index)), take(targets, index)
 
 
 def _alone(
-    model: nn.Module, loss_fn: Any, inputs: torch.Tensor, targets: torch.Tensor, i: int
+    model: nn.Module, loss_fn: Any, inputs: Batch, targets: Batch, i: int
 ) -> torch.Tensor:
-    outputs = model(inputs[i : i + 1])
-    return per_example_losses(loss_fn, outputs, targets[i : i + 1], 1)[0]
+    one = slice(i, i + 1)
+    outputs = call_model(model, take(inputs, one))
+    return per_example_losses(loss_fn, outputs, take(targets, one), 1)[0]
 
 
 def finite_examples(
-    model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: Any
+    model: nn.Module, inputs: Batch, targets: Batch, loss_fn: Any
 ) -> list[int]:
     """Positions of the examples whose loss alone is finite (eval mode)."""
     with torch.no_grad(), eval_mode(model):
         return [
             i
-            for i in range(inputs.shape[0])
+            for i in range(batch_size(inputs))
             if bool(torch.isfinite(_alone(model, loss_fn, inputs, targets, i)))
         ]
 
 
 def check_examples_independent(
-    model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: Any
+    model: nn.Module, inputs: Batch, targets: Batch, loss_fn: Any
 ) -> None:
     """Refuse a model whose loss for one example depends on the other examples of the lot.
 
@@ -212,15 +215,17 @@ def check_examples_independent(
         ExamplesInteractError: naming the first example whose losses differ.
     """
     with torch.no_grad(), eval_mode(model):
-        batched = per_example_losses(loss_fn, model(inputs), targets, inputs.shape[0])
+        batched = per_example_losses(
+            loss_fn, call_model(model, inputs), targets, batch_size(inputs)
+        )
         alone = torch.stack(
-            [_alone(model, loss_fn, inputs, targets, i) for i in range(inputs.shape[0])]
+            [_alone(model, loss_fn, inputs, targets, i) for i in range(batch_size(inputs))]
         )
     dtype = batched.dtype
-    for i in range(inputs.shape[0]):
+    for i in range(batch_size(inputs)):
         if not close(batched[i : i + 1], alone[i : i + 1], dtype):
             raise ExamplesInteractError(
-                f"The model's examples interact: in a trial lot of {inputs.shape[0]}, example "
+                f"The model's examples interact: in a trial lot of {batch_size(inputs)}, example "
                 f"{i}'s loss is {float(batched[i])!r} but {float(alone[i])!r} when it is alone "
                 "(an operation mixes the rows of the lot, such as a batch statistic). "
                 "Per-example clipping cannot bound one example's influence on such a model, and "
@@ -230,8 +235,8 @@ def check_examples_independent(
 
 def loop_gradients(
     model: nn.Module,
-    inputs: torch.Tensor,
-    targets: torch.Tensor,
+    inputs: Batch,
+    targets: Batch,
     loss_fn: Any,
     parameters: Sequence[nn.Parameter],
     examples: Sequence[int] | None = None,
@@ -242,7 +247,7 @@ def loop_gradients(
     for ``parameters[j]`` (zeros where unused).
     """
     rows, losses = [], []
-    for i in range(inputs.shape[0]) if examples is None else examples:
+    for i in range(batch_size(inputs)) if examples is None else examples:
         with torch.enable_grad():
             loss = _alone(model, loss_fn, inputs, targets, i)
             grads = torch.autograd.grad(loss, list(parameters), allow_unused=True)
@@ -264,8 +269,8 @@ class _Engine(Protocol):
 
 def compare_with_loop(
     engine: _Engine,
-    inputs: torch.Tensor,
-    targets: torch.Tensor,
+    inputs: Batch,
+    targets: Batch,
     loss_fn: Any,
     squared_norms: Mapping[str, torch.Tensor],
     weighted_sum: Callable[[torch.Tensor], Mapping[str, torch.Tensor]],
@@ -303,7 +308,7 @@ def compare_with_loop(
             and close(found_sum, expected_sum, dtype, scale=bound * len(loop))
         ):
             raise mismatch(
-                f"On a trial lot of {inputs.shape[0]}, the {engine.name} engine's per-example "
+                f"On a trial lot of {batch_size(inputs)}, the {engine.name} engine's per-example "
                 f"gradients of parameter {name!r} differ from a one-example-at-a-time autograd "
                 "loop (the parameter is reached in a way this engine cannot attribute to "
                 "examples). Use VmapEngine (exact, any module) instead.",

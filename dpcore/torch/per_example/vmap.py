@@ -17,7 +17,9 @@ from typing import Any
 import torch
 from torch import nn
 from torch.func import grad, vmap
+from torch.utils._pytree import tree_map
 
+from dpcore.torch.batches import Batch, model_arguments, tensors
 from dpcore.torch.errors import IncompatibleModelError
 from dpcore.torch.per_example.base import (
     ClippedBatch,
@@ -54,14 +56,22 @@ def check_vmappable(model: nn.Module, device: torch.device) -> None:
         )
 
 
+def _as_lot_of_one(leaf: Any) -> Any:
+    return leaf.unsqueeze(0) if isinstance(leaf, torch.Tensor) else leaf
+
+
+def _first_detached(leaf: Any) -> Any:
+    return leaf.detach()[0] if isinstance(leaf, torch.Tensor) else leaf
+
+
 def per_example_gradients(
     model: nn.Module,
-    inputs: torch.Tensor,
-    targets: torch.Tensor,
+    inputs: Batch,
+    targets: Batch,
     loss_fn: LossFunction,
     *,
     chunk_size: int | None = None,
-) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+) -> tuple[dict[str, torch.Tensor], torch.Tensor, Any]:
     """Per-example gradients of the trainable parameters, by ``vmap(grad(loss of one example))``.
 
     Returns:
@@ -73,11 +83,12 @@ def per_example_gradients(
     buffers = dict(model.named_buffers())
 
     def loss_of_one(
-        params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor
-    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        out = functional_call_restoring(model, (params, frozen, buffers), (x.unsqueeze(0),))
-        loss = per_example_losses(loss_fn, out, y.unsqueeze(0), 1)
-        return loss.sum(), (loss.detach()[0], out.detach()[0])
+        params: dict[str, torch.Tensor], x: Batch, y: Batch
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, Any]]:
+        args, kwargs = model_arguments(tree_map(_as_lot_of_one, x))
+        out = functional_call_restoring(model, (params, frozen, buffers), args, kwargs)
+        loss = per_example_losses(loss_fn, out, tree_map(_as_lot_of_one, y), 1)
+        return loss.sum(), (loss.detach()[0], tree_map(_first_detached, out))
 
     batched: Any = vmap(
         grad(loss_of_one, has_aux=True),
@@ -129,10 +140,10 @@ class VmapEngine(PerExampleEngine):
         )
 
     def _check_trial(
-        self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction
+        self, inputs: Batch, targets: Batch, loss_fn: LossFunction
     ) -> None:
         """Per-example gradients equal the loop's (vmap runs each example as a lot of one)."""
-        check_vmappable(self.model, inputs.device)
+        check_vmappable(self.model, tensors(inputs)[0].device)
         with eval_mode(self.model):
             gradients, _, _ = per_example_gradients(
                 self.model, inputs, targets, loss_fn, chunk_size=self.chunk_size
@@ -150,9 +161,9 @@ class VmapEngine(PerExampleEngine):
         )
 
     def _clipped_sum(
-        self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction
+        self, inputs: Batch, targets: Batch, loss_fn: LossFunction
     ) -> ClippedBatch:
-        check_vmappable(self.model, inputs.device)
+        check_vmappable(self.model, tensors(inputs)[0].device)
         gradients, losses, outputs = per_example_gradients(
             self.model, inputs, targets, loss_fn, chunk_size=self.chunk_size
         )
