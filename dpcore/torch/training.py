@@ -20,9 +20,9 @@ from torch import nn
 
 from dpcore.accountants import accountant_class
 from dpcore.errors import InvalidParameterError, StateError, UnsupportedEventError
+from dpcore.torch.batches import Batch, batch_size, take
 from dpcore.torch.engines import make_engine
 from dpcore.torch.ledger import PrivacyLedger
-from dpcore.torch.batches import Batch, batch_size, take
 from dpcore.torch.noise import NoiseSource, SeededGaussianNoise
 from dpcore.torch.optimizers import DPOptimizer
 from dpcore.torch.per_example.base import LossFunction, NonFinitePolicy

@@ -18,8 +18,8 @@ import torch
 from torch import nn
 
 from dpcore.errors import InvalidParameterError
-from dpcore.torch.compat import check_independent_examples
 from dpcore.torch.batches import Batch, batch_size, take
+from dpcore.torch.compat import check_independent_examples
 from dpcore.torch.errors import IncompatibleModelError, NonFiniteGradientError
 from dpcore.torch.per_example.trial import (
     LossFunction,
@@ -149,7 +149,9 @@ class PerExampleEngine(abc.ABC):
         """
         size = batch_size(inputs)
         if size < 1 or size != batch_size(targets, "targets"):
-            raise InvalidParameterError("inputs", "at least one example, with as many targets", size)
+            raise InvalidParameterError(
+                "inputs", "at least one example, with as many targets", size
+            )
         finite = finite_examples(self.model, inputs, targets, loss_fn)
         if not finite:
             return  # nothing to try on yet: the next non-empty lot prepares
@@ -179,9 +181,7 @@ class PerExampleEngine(abc.ABC):
         """The trainable parameters, in the order of :attr:`ClippedBatch.summed`."""
         return [p for _, p in self.named_parameters]
 
-    def clipped_sum(
-        self, inputs: Batch, targets: Batch, loss_fn: LossFunction
-    ) -> ClippedBatch:
+    def clipped_sum(self, inputs: Batch, targets: Batch, loss_fn: LossFunction) -> ClippedBatch:
         """Sum of clipped per-example gradients of ``loss_fn(model(inputs), targets)``.
 
         ``inputs`` and ``targets`` may be tensors, tuples/lists or dicts of batch-first tensors
@@ -207,7 +207,5 @@ class PerExampleEngine(abc.ABC):
         return self._clipped_sum(inputs, targets, loss_fn)
 
     @abc.abstractmethod
-    def _clipped_sum(
-        self, inputs: Batch, targets: Batch, loss_fn: LossFunction
-    ) -> ClippedBatch:
+    def _clipped_sum(self, inputs: Batch, targets: Batch, loss_fn: LossFunction) -> ClippedBatch:
         """Engine-specific work on a non-empty lot."""

@@ -342,9 +342,7 @@ class FastEngine(PerExampleEngine):
                 terms[name] = materialized_term(name, total, parameter.shape)
         return _Pass(outputs, losses, terms, expected)
 
-    def _clipped_sum(
-        self, inputs: Batch, targets: Batch, loss_fn: LossFunction
-    ) -> ClippedBatch:
+    def _clipped_sum(self, inputs: Batch, targets: Batch, loss_fn: LossFunction) -> ClippedBatch:
         size = batch_size(inputs)
         first = not self._verified
         result = self._pass(inputs, targets, loss_fn, reference=first)
@@ -373,9 +371,7 @@ class FastEngine(PerExampleEngine):
 
     # -- checks ------------------------------------------------------------------------------
 
-    def _check_trial(
-        self, inputs: Batch, targets: Batch, loss_fn: LossFunction
-    ) -> None:
+    def _check_trial(self, inputs: Batch, targets: Batch, loss_fn: LossFunction) -> None:
         """Every parameter's per-example squared norms and clipped sum equal the loop's."""
         with eval_mode(self.model), _ieee_float32():
             terms = self._pass(inputs, targets, loss_fn, reference=False).terms
@@ -388,9 +384,7 @@ class FastEngine(PerExampleEngine):
                 lambda factors: {n: t.weighted_sum(factors, None) for n, t in terms.items()},
             )
 
-    def _check_norms(
-        self, inputs: Batch, targets: Batch, loss_fn: LossFunction
-    ) -> None:
+    def _check_norms(self, inputs: Batch, targets: Batch, loss_fn: LossFunction) -> None:
         """Per-example norms of three examples of this lot equal batch-of-one autograd passes."""
         size = batch_size(inputs)
         examples = sorted({0, size // 2, size - 1})

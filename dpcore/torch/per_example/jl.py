@@ -107,9 +107,7 @@ class JLEngine(PerExampleEngine):
             for name, p in self.named_parameters
         }
 
-    def projections(
-        self, inputs: Batch, targets: Batch, loss_fn: LossFunction
-    ) -> torch.Tensor:
+    def projections(self, inputs: Batch, targets: Batch, loss_fn: LossFunction) -> torch.Tensor:
         """``P`` with ``P[j, i] = <g_i, v_j>`` for freshly drawn directions ``v_j``.
 
         Torch's random state is restored afterwards, so a following forward pass draws the same
@@ -146,9 +144,7 @@ class JLEngine(PerExampleEngine):
         args, kwargs = model_arguments(inputs)
 
         def losses_of(params: dict[str, torch.Tensor]) -> torch.Tensor:
-            outputs = functional_call_restoring(
-                self.model, (params, frozen, buffers), args, kwargs
-            )
+            outputs = functional_call_restoring(self.model, (params, frozen, buffers), args, kwargs)
             return per_example_losses(loss_fn, outputs, targets, batch)
 
         def one_direction(tangent: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -175,9 +171,7 @@ class JLEngine(PerExampleEngine):
         finally:
             _set_rng_state(rng, device)
 
-    def _check_trial(
-        self, inputs: Batch, targets: Batch, loss_fn: LossFunction
-    ) -> None:
+    def _check_trial(self, inputs: Batch, targets: Batch, loss_fn: LossFunction) -> None:
         """Projections onto each parameter, and the weighted backward, equal the loop's.
 
         The trial's directions come from a fixed generator, not from the secret source.
@@ -238,9 +232,7 @@ class JLEngine(PerExampleEngine):
         ]
         return sums, losses, outputs
 
-    def _clipped_sum(
-        self, inputs: Batch, targets: Batch, loss_fn: LossFunction
-    ) -> ClippedBatch:
+    def _clipped_sum(self, inputs: Batch, targets: Batch, loss_fn: LossFunction) -> ClippedBatch:
         projected = self.projections(inputs, targets, loss_fn)
         norms = projected.square().mean(dim=0).sqrt()
         factors = clip_factors(norms, max_grad_norm=self.max_grad_norm, nonfinite=self.nonfinite)

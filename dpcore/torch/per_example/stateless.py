@@ -39,6 +39,6 @@ def restoring_state(model: nn.Module) -> Iterator[None]:
 def functional_call_restoring(
     model: nn.Module, tensors: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
 ) -> Any:
-    """``functional_call(model, tensors, args, kwargs)``, the model's state objects restored after."""
+    """``functional_call(model, tensors, args, kwargs)``; the model's state restored after."""
     with restoring_state(model):
         return functional_call(model, tensors, args, kwargs)

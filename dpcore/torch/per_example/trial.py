@@ -141,9 +141,7 @@ class _Dimensions(TorchFunctionMode):
         return result
 
 
-def trial_sizes(
-    model: nn.Module, inputs: Batch, targets: Batch, loss_fn: Any
-) -> tuple[int, int]:
+def trial_sizes(model: nn.Module, inputs: Batch, targets: Batch, loss_fn: Any) -> tuple[int, int]:
     """The two smallest lot sizes >= 2 that no tensor of a one-example forward has as a dimension.
 
     Parameter shapes and the example's own shape count too.
@@ -184,17 +182,13 @@ def trial_lot(inputs: Batch, targets: Batch, size: int) -> tuple[Batch, Batch]:
     return tree_map(jitter, take(inputs, index)), take(targets, index)
 
 
-def _alone(
-    model: nn.Module, loss_fn: Any, inputs: Batch, targets: Batch, i: int
-) -> torch.Tensor:
+def _alone(model: nn.Module, loss_fn: Any, inputs: Batch, targets: Batch, i: int) -> torch.Tensor:
     one = slice(i, i + 1)
     outputs = call_model(model, take(inputs, one))
     return per_example_losses(loss_fn, outputs, take(targets, one), 1)[0]
 
 
-def finite_examples(
-    model: nn.Module, inputs: Batch, targets: Batch, loss_fn: Any
-) -> list[int]:
+def finite_examples(model: nn.Module, inputs: Batch, targets: Batch, loss_fn: Any) -> list[int]:
     """Positions of the examples whose loss alone is finite (eval mode)."""
     with torch.no_grad(), eval_mode(model):
         return [

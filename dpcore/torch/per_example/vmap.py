@@ -139,9 +139,7 @@ class VmapEngine(PerExampleEngine):
             None if chunk_size is None else check_count("chunk_size", chunk_size, minimum=1)
         )
 
-    def _check_trial(
-        self, inputs: Batch, targets: Batch, loss_fn: LossFunction
-    ) -> None:
+    def _check_trial(self, inputs: Batch, targets: Batch, loss_fn: LossFunction) -> None:
         """Per-example gradients equal the loop's (vmap runs each example as a lot of one)."""
         check_vmappable(self.model, tensors(inputs)[0].device)
         with eval_mode(self.model):
@@ -160,9 +158,7 @@ class VmapEngine(PerExampleEngine):
             },
         )
 
-    def _clipped_sum(
-        self, inputs: Batch, targets: Batch, loss_fn: LossFunction
-    ) -> ClippedBatch:
+    def _clipped_sum(self, inputs: Batch, targets: Batch, loss_fn: LossFunction) -> ClippedBatch:
         check_vmappable(self.model, tensors(inputs)[0].device)
         gradients, losses, outputs = per_example_gradients(
             self.model, inputs, targets, loss_fn, chunk_size=self.chunk_size

@@ -1,0 +1,242 @@
+"""Poisson lots from any map-style ``Dataset`` through a ``DataLoader``, in micro-batches.
+
+:class:`LotLoader` keeps what users rely on in ``torch.utils.data`` — the dataset's
+``__getitem__`` and transforms, ``collate_fn``, worker processes, pinned memory — and replaces
+only the choice of examples: a :class:`~dpcore.torch.samplers.PoissonSampler` draws each logical
+lot (variable size, possibly empty), and :class:`LotBatchSampler` cuts it into physical
+micro-batches of at most ``max_physical_batch_size`` examples, so memory follows the physical
+batch, never the lot (the examples of a lot are loaded micro-batch by micro-batch).
+
+Iterating yields :class:`MicroBatch` objects in order: the collated data, and where it sits in its
+lot (``lot``, ``last``). An empty lot yields one micro-batch with ``data=None``: the training step
+must still add noise and the ledger must still advance. The sampler runs in the main process (a
+``DataLoader`` asks its batch sampler for index lists there), so the position of every micro-batch
+is known in order even when workers prefetch ahead; the loader's :meth:`LotLoader.state_dict`
+describes the lots *consumed*, not those prefetched, so a resumed run draws the same lots.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import dataclasses
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
+
+from dpcore.errors import InvalidParameterError
+from dpcore.torch.samplers import PoissonSampler, ShuffledBatchSampler
+from dpcore.validation import check_count
+
+__all__ = ["LotBatchSampler", "LotLoader", "MicroBatch", "Split", "split_pair"]
+
+LotSampler = PoissonSampler | ShuffledBatchSampler
+
+#: DataLoader options that choose examples: the lot sampler does that.
+_REFUSED = ("batch_size", "shuffle", "sampler", "batch_sampler", "drop_last")
+
+
+@dataclasses.dataclass(frozen=True)
+class MicroBatch:
+    """One physical batch of a logical lot.
+
+    Attributes:
+        data: the collated examples (what the ``collate_fn`` returns), ``None`` for an empty lot.
+        size: examples in this micro-batch.
+        lot: the lot's number (lots drawn since the sampler was created).
+        lot_size: examples in the whole lot (for the user's eyes: it is not released).
+        last: this is the lot's last micro-batch (the step happens after it).
+    """
+
+    data: Any
+    size: int
+    lot: int
+    lot_size: int
+    last: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class _Position:
+    size: int
+    lot: int
+    lot_size: int
+    last: bool
+    state_after: dict[str, Any] | None  # the sampler's state after this lot (on ``last`` only)
+
+
+class LotBatchSampler(Sampler[list[int]]):
+    """The remaining lots of the sampler's epoch, as index lists of at most B examples.
+
+    Empty lots produce no index list (a ``DataLoader`` cannot collate nothing); their positions,
+    like every micro-batch's, are queued in :attr:`positions` in order, for :class:`LotLoader`.
+
+    Args:
+        sampler: draws the lots (Poisson for the DP-SGD analysis).
+        max_physical_batch_size: B >= 1, or ``None`` for one micro-batch per lot.
+    """
+
+    def __init__(self, sampler: LotSampler, max_physical_batch_size: int | None = None) -> None:
+        if not isinstance(sampler, PoissonSampler | ShuffledBatchSampler):
+            raise InvalidParameterError(
+                "sampler", "a PoissonSampler (or a ShuffledBatchSampler)", sampler
+            )
+        self.sampler = sampler
+        self.max_physical_batch_size = (
+            None
+            if max_physical_batch_size is None
+            else check_count("max_physical_batch_size", max_physical_batch_size, minimum=1)
+        )
+        self.positions: collections.deque[_Position] = collections.deque()
+
+    def __len__(self) -> int:
+        """Lots per epoch (the number of micro-batches depends on the draws)."""
+        return self.sampler.steps_per_epoch
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for lot in self.sampler:
+            number = self.sampler.lots_drawn - 1
+            size = int(lot.numel())
+            state = copy.deepcopy(self.sampler.state_dict())
+            if size == 0:
+                self.positions.append(_Position(0, number, 0, True, state))
+                continue
+            step = self.max_physical_batch_size or size
+            for start in range(0, size, step):
+                part = lot[start : start + step].tolist()
+                last = start + step >= size
+                self.positions.append(
+                    _Position(len(part), number, size, last, state if last else None)
+                )
+                yield part
+
+
+class LotLoader:
+    """Logical Poisson lots of a map-style dataset, loaded in micro-batches.
+
+    Args:
+        dataset: a map-style ``Dataset`` (``__getitem__`` and ``__len__``); its size is the N of
+            the privacy analysis.
+        sampler: a :class:`~dpcore.torch.samplers.PoissonSampler` over ``len(dataset)`` records
+            (a :class:`~dpcore.torch.samplers.ShuffledBatchSampler` only if asked for; it warns).
+        max_physical_batch_size: the most examples loaded and clipped at once (``None``: whole
+            lots).
+        **loader_options: passed to ``torch.utils.data.DataLoader`` (``collate_fn``,
+            ``num_workers``, ``pin_memory``, ``persistent_workers``, ...); options that choose
+            examples (``batch_size``, ``shuffle``, ``sampler``, ``batch_sampler``, ``drop_last``)
+            are refused: the lots must be the sampler's.
+
+    Raises:
+        InvalidParameterError: an ``IterableDataset`` (no size, so no Poisson sampling), a sampler
+            over another number of records, or a refused option.
+
+    Example:
+        >>> import torch
+        >>> from torch.utils.data import TensorDataset
+        >>> data = TensorDataset(torch.arange(10.0).unsqueeze(1), torch.arange(10))
+        >>> loader = LotLoader(data, sampler=PoissonSampler(10, sampling_probability=0.5, seed=0),
+        ...                    max_physical_batch_size=2)
+        >>> [(m.lot, m.size, m.last) for m in loader][:3]
+        [(0, 2, False), (0, 2, False), (0, 1, True)]
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset[Any],
+        *,
+        sampler: LotSampler,
+        max_physical_batch_size: int | None = None,
+        **loader_options: Any,
+    ) -> None:
+        if isinstance(dataset, IterableDataset) or not hasattr(dataset, "__len__"):
+            raise InvalidParameterError(
+                "dataset",
+                "a map-style Dataset with __len__ (an IterableDataset has no size, so its "
+                "records cannot be Poisson-sampled)",
+                type(dataset).__name__,
+            )
+        refused = sorted(set(loader_options) & set(_REFUSED))
+        if refused:
+            raise InvalidParameterError(
+                refused[0],
+                "not given: the Poisson sampler chooses the examples of every lot (pass "
+                "max_physical_batch_size to bound memory)",
+                loader_options[refused[0]],
+            )
+        size = len(dataset)
+        if not isinstance(sampler, PoissonSampler | ShuffledBatchSampler):
+            raise InvalidParameterError("sampler", "a PoissonSampler", sampler)
+        if sampler.dataset_size != size:
+            raise InvalidParameterError(
+                "sampler", f"to sample from len(dataset) = {size} records", sampler.dataset_size
+            )
+        self.dataset = dataset
+        self.sampler = sampler
+        self.batch_sampler = LotBatchSampler(sampler, max_physical_batch_size)
+        self.loader: DataLoader[Any] = DataLoader(
+            dataset, batch_sampler=self.batch_sampler, **loader_options
+        )
+        self._resume: dict[str, Any] = copy.deepcopy(sampler.state_dict())
+
+    @property
+    def max_physical_batch_size(self) -> int | None:
+        return self.batch_sampler.max_physical_batch_size
+
+    def __len__(self) -> int:
+        """Lots per epoch."""
+        return len(self.batch_sampler)
+
+    def __iter__(self) -> Iterator[MicroBatch]:
+        """The micro-batches of the remaining lots of the epoch, in order."""
+        positions = self.batch_sampler.positions
+        positions.clear()
+        self.sampler.load_state_dict(copy.deepcopy(self._resume))  # drop prefetched draws
+        loaded: Iterator[Any] = iter(self.loader)
+        waiting: collections.deque[Any] = collections.deque()
+        exhausted = False
+        while True:
+            if not positions:
+                if exhausted:
+                    return
+                try:  # asking the loader for data makes the sampler draw (and queue) lots
+                    waiting.append(next(loaded))
+                except StopIteration:
+                    exhausted = True
+                continue
+            position = positions[0]
+            if position.size and not waiting:
+                try:
+                    waiting.append(next(loaded))
+                except StopIteration:  # pragma: no cover - a queued position always has data
+                    exhausted = True
+                    continue
+            positions.popleft()
+            data = waiting.popleft() if position.size else None
+            if position.last and position.state_after is not None:
+                self._resume = position.state_after
+            yield MicroBatch(data, position.size, position.lot, position.lot_size, position.last)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The sampler's state after the last lot consumed (prefetched lots are drawn again)."""
+        return copy.deepcopy(self._resume)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue after the lots that :meth:`state_dict` had consumed."""
+        self.sampler.load_state_dict(copy.deepcopy(state))
+        self._resume = copy.deepcopy(state)
+
+
+Split = Callable[[Any], tuple[Any, Any]]
+"""``split(data) -> (inputs, targets)`` for a collated micro-batch."""
+
+
+def split_pair(data: Any) -> tuple[Any, Any]:
+    """The default ``split``: a collated ``(inputs, targets)`` pair (or list of two)."""
+    if isinstance(data, tuple | list) and len(data) == 2:
+        return data[0], data[1]
+    raise InvalidParameterError(
+        "split",
+        "given for batches that are not (inputs, targets) pairs, e.g. "
+        "split=lambda batch: (batch['input_ids'], batch['labels'])",
+        type(data).__name__,
+    )

@@ -1,0 +1,326 @@
+"""Keep your own training loop: ``make_private`` turns a model, an optimizer and a loader of
+Poisson lots into a DP-SGD / DP-Adam step that your loop calls once per micro-batch.
+
+::
+
+    model, optimizer, loader = make_private(
+        model, torch.optim.SGD(model.parameters(), lr=0.1), LotLoader(dataset, sampler=...,
+        max_physical_batch_size=256), loss_fn=nn.CrossEntropyLoss(reduction="none"),
+        max_grad_norm=1.0, target_epsilon=3.0, target_delta=1e-5, epochs=10)
+    for epoch in range(10):
+        for micro in loader:
+            result = optimizer.step(micro)   # None until the lot's last micro-batch
+            if result is not None: ...       # one noisy step taken: log, schedule, evaluate
+
+:meth:`PrivateOptimizer.step` clips the micro-batch's per-example gradients with the engine (its
+losses must be per example: the engine computes them itself, which is what makes exact clipping
+at the cost of one backward possible), adds them to the lot's clipped sum, and after the lot's last
+micro-batch adds the Gaussian noise once, steps the wrapped optimizer and records one event in the
+ledger (an empty lot too). The JL engine draws its directions once per lot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from dpcore.calibration import calibrate_noise
+from dpcore.errors import InvalidParameterError, StateError
+from dpcore.torch.batches import batch_size
+from dpcore.torch.engines import make_engine
+from dpcore.torch.ledger import PrivacyLedger
+from dpcore.torch.loaders import LotLoader, MicroBatch, Split, split_pair
+from dpcore.torch.noise import NoiseSource, SeededGaussianNoise
+from dpcore.torch.optimizers import DPOptimizer
+from dpcore.torch.per_example.base import ClippedBatch, LossFunction, NonFinitePolicy
+from dpcore.torch.per_example.jl import JLEngine
+from dpcore.torch.per_example.virtual import combine
+from dpcore.torch.training import StepResult, accuracy
+from dpcore.validation import check_count, check_delta, check_positive
+
+__all__ = ["PrivateOptimizer", "make_private"]
+
+
+class PrivateOptimizer:
+    """A torch optimizer made differentially private, stepped once per logical lot.
+
+    Built by :func:`make_private`; :meth:`step` takes the loader's :class:`MicroBatch` objects.
+    """
+
+    def __init__(
+        self,
+        dp: DPOptimizer,
+        *,
+        loader: LotLoader,
+        loss_fn: LossFunction,
+        split: Split,
+        jl_dimension: int | None,
+    ) -> None:
+        self.dp = dp
+        self.engine = dp.engine
+        self.loader = loader
+        self.loss_fn = loss_fn
+        self.split = split
+        self.jl_dimension = jl_dimension
+        sampler = loader.sampler
+        self.ledger = PrivacyLedger(dataset_size=sampler.dataset_size, sampler=sampler.kind)
+        self._parts: list[ClippedBatch] = []
+        self._correct = 0.0  # correct predictions in the lot so far (NaN when not measurable)
+        self._lot: int | None = None
+        self._lot_scope: contextlib.ExitStack | None = None
+
+    @property
+    def noise_multiplier(self) -> float:
+        return self.dp.noise_multiplier
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """The wrapped torch optimizer (its ``param_groups`` are yours to schedule)."""
+        return self.dp.optimizer
+
+    def zero_grad(self) -> None:
+        """Clear the wrapped optimizer's gradients (``step`` sets them; nothing accumulates)."""
+        self.dp.zero_grad()
+
+    def step(self, micro: MicroBatch) -> StepResult | None:
+        """Clip ``micro``'s examples into its lot's sum; at the lot's end, noise and step.
+
+        Returns:
+            ``None`` for a micro-batch that does not end its lot, else the step's
+            :class:`~dpcore.torch.training.StepResult` (lot size, mean loss, accuracy).
+
+        Raises:
+            InvalidParameterError: ``micro`` is not a :class:`MicroBatch` of this loader, or a
+                lot's micro-batches arrive out of order.
+        """
+        if not isinstance(micro, MicroBatch):
+            raise InvalidParameterError(
+                "micro", "a MicroBatch yielded by the LotLoader given to make_private", micro
+            )
+        if self._lot is None:
+            self._lot = micro.lot
+            self._lot_scope = contextlib.ExitStack()
+            self._lot_scope.enter_context(self.engine.one_lot())
+        elif micro.lot != self._lot:
+            raise InvalidParameterError(
+                "micro",
+                f"the next micro-batch of lot {self._lot} (lots must be stepped in order)",
+                f"a micro-batch of lot {micro.lot}",
+            )
+        if micro.size:
+            inputs, targets = self.split(micro.data)
+            if batch_size(inputs) != micro.size:
+                raise InvalidParameterError(
+                    "split", f"to return inputs of {micro.size} examples", batch_size(inputs)
+                )
+            part = self.engine.clipped_sum(inputs, targets, self.loss_fn)
+            self._parts.append(part)
+            outputs = part.outputs
+            if isinstance(outputs, torch.Tensor) and isinstance(targets, torch.Tensor):
+                self._correct += accuracy(outputs, targets) * micro.size
+            else:
+                self._correct = math.nan
+        if not micro.last:
+            return None
+        clipped = combine(self._parts, self.engine.parameters)
+        correct = self._correct / micro.lot_size if micro.lot_size else math.nan
+        self._parts, self._correct = [], 0.0
+        self._lot = None
+        if self._lot_scope is not None:
+            self._lot_scope.close()
+            self._lot_scope = None
+        self.dp.step(clipped)
+        sampler = self.loader.sampler
+        self.ledger.record(
+            sampling_probability=sampler.sampling_probability,
+            noise_multiplier=self.dp.noise_multiplier,
+            jl_dimension=self.jl_dimension,
+        )
+        loss = float(clipped.losses.mean()) if clipped.losses.numel() else math.nan
+        return StepResult(self.ledger.steps, micro.lot_size, loss, correct)
+
+    def epsilon(self, *, delta: float, accountant: str = "pld") -> float:
+        """Epsilon spent so far, from the named accountant."""
+        return self.ledger.epsilon(delta=delta, accountant=accountant)
+
+    def privacy_statement(
+        self, *, delta: float, accountants: tuple[str, ...] = ("rdp", "pld"), **extra: Any
+    ) -> dict[str, Any]:
+        """The ledger's statement with the engine, clipping norm, noise and lot sizes."""
+        sampler = self.loader.sampler
+        return self.ledger.statement(
+            delta=delta,
+            accountants=accountants,
+            engine=self.engine.name,
+            max_grad_norm=self.engine.max_grad_norm,
+            noise_multiplier=self.dp.noise_multiplier,
+            noise_source=self.dp.noise.name,
+            expected_lot_size=sampler.expected_lot_size,
+            sampling_probability=sampler.sampling_probability,
+            max_physical_batch_size=self.loader.max_physical_batch_size,
+            jl_dimension=self.jl_dimension,
+            **extra,
+        )
+
+    def save_statement(self, path: str | Path, *, delta: float, **extra: Any) -> dict[str, Any]:
+        """Write :meth:`privacy_statement` as JSON to ``path``; returns it."""
+        statement = self.privacy_statement(delta=delta, **extra)
+        Path(path).write_text(json.dumps(statement, indent=2, sort_keys=True) + "\n")
+        return statement
+
+    def state_dict(self) -> dict[str, Any]:
+        """Optimizer, noise, JL directions, loader (lots consumed) and ledger, between lots.
+
+        Raises:
+            StateError: in the middle of a lot (its clipped sum is not part of any state).
+        """
+        if self._lot is not None:
+            raise StateError(
+                f"Lot {self._lot} is half processed; save after a step (when step() returns a "
+                "result), not between micro-batches."
+            )
+        state = {
+            "optimizer": self.dp.state_dict(),
+            "loader": self.loader.state_dict(),
+            "ledger": self.ledger.state_dict(),
+        }
+        if isinstance(self.engine, JLEngine):
+            state["directions"] = self.engine.directions.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from :meth:`state_dict` (the model's own state is saved by the user)."""
+        try:
+            self.dp.load_state_dict(state["optimizer"])
+            self.loader.load_state_dict(state["loader"])
+            ledger = PrivacyLedger.from_state_dict(state["ledger"])
+            if isinstance(self.engine, JLEngine):
+                self.engine.directions.load_state_dict(state["directions"])
+        except KeyError as missing:
+            raise StateError(f"Checkpoint lacks {missing}.") from None
+        self.ledger = ledger
+
+
+def _trial_examples(loader: LotLoader, split: Split) -> tuple[Any, Any]:
+    """The first few records of the dataset, collated and split, to prepare the engine on."""
+    count = min(len(loader.dataset), 16)
+    collate = loader.loader.collate_fn
+    return split(collate([loader.dataset[i] for i in range(count)]))
+
+
+def make_private(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loader: LotLoader,
+    *,
+    loss_fn: LossFunction,
+    max_grad_norm: float,
+    noise_multiplier: float | None = None,
+    target_epsilon: float | None = None,
+    target_delta: float | None = None,
+    epochs: int | None = None,
+    engine: str = "auto",
+    jl_dimension: int | None = None,
+    split: Split = split_pair,
+    noise: NoiseSource | None = None,
+    seed: int | None = None,
+    nonfinite: NonFinitePolicy = "raise",
+) -> tuple[nn.Module, PrivateOptimizer, LotLoader]:
+    """DP-SGD / DP-Adam in your own loop (the optimizer's update rule is kept).
+
+    Args:
+        model: the model (its examples must be independent).
+        optimizer: a torch optimizer over exactly the model's trainable parameters.
+        loader: a :class:`~dpcore.torch.loaders.LotLoader` (Poisson lots, micro-batched).
+        loss_fn: per-example losses, ``loss_fn(outputs, targets)`` of shape ``(batch,)``.
+        max_grad_norm: the clipping norm C > 0.
+        noise_multiplier: sigma > 0; or give ``target_epsilon`` instead.
+        target_epsilon: calibrate sigma for this epsilon at ``target_delta`` after ``epochs``
+            epochs (``len(loader)`` lots each), with the certified PLD accountant: the smallest
+            sigma (to 1 %) whose certified upper bound meets the target, never above it.
+        target_delta: delta for ``target_epsilon``.
+        epochs: planned epochs, for ``target_epsilon``.
+        engine: ``"auto"``, ``"fast"``, ``"vmap"`` or ``"jl"`` (with ``jl_dimension``).
+        jl_dimension: r for the JL engine.
+        split: ``split(data) -> (inputs, targets)`` of a collated micro-batch (default: the
+            batch is an ``(inputs, targets)`` pair); inputs may be tensors, tuples or dicts.
+            Move the tensors to the model's device here if needed.
+        noise: the noise source (default: seeded from ``seed``).
+        seed: seeds the noise and JL directions when their sources are not given.
+        nonfinite: ``"raise"`` or ``"zero"`` for NaN/inf per-example gradients.
+
+    Returns:
+        ``(model, private_optimizer, loader)``: the same model and loader, and the
+        :class:`PrivateOptimizer` to call once per micro-batch.
+
+    Raises:
+        InvalidParameterError: a plain ``DataLoader`` (its own ``batch_size``/``shuffle`` choose
+            the examples, which the Poisson analysis does not cover), both or neither of
+            ``noise_multiplier`` and ``target_epsilon``, a target without ``target_delta`` or
+            ``epochs``, a target for the JL engine.
+        IncompatibleModelError: the model fails the engine's trial lots.
+    """
+    if not isinstance(loader, LotLoader):
+        raise InvalidParameterError(
+            "loader",
+            "a dpcore.torch.loaders.LotLoader: a DataLoader with its own batch_size/shuffle "
+            "draws fixed-size shuffled batches, not the Poisson lots the accounting assumes; "
+            "build LotLoader(your_loader.dataset, sampler=PoissonSampler(N, "
+            "sampling_probability=q), max_physical_batch_size=B, collate_fn=..., num_workers=...)",
+            type(loader).__name__,
+        )
+    check_positive("max_grad_norm", max_grad_norm)
+    if (noise_multiplier is None) == (target_epsilon is None):
+        raise InvalidParameterError(
+            "noise_multiplier", "given exactly when target_epsilon is not", noise_multiplier
+        )
+    if target_epsilon is not None:
+        if engine == "jl":
+            raise InvalidParameterError(
+                "target_epsilon",
+                "not given with engine='jl' (JL steps need the jl accountant: pass "
+                "noise_multiplier and read epsilon from the ledger)",
+                target_epsilon,
+            )
+        if target_delta is None or epochs is None:
+            raise InvalidParameterError(
+                "target_delta" if target_delta is None else "epochs",
+                "given with target_epsilon",
+                None,
+            )
+        steps = check_count("epochs", epochs, minimum=1) * len(loader)
+        noise_multiplier = calibrate_noise(
+            target_epsilon=check_positive("target_epsilon", target_epsilon),
+            target_delta=check_delta("target_delta", target_delta),
+            sampling_probability=loader.sampler.sampling_probability,
+            steps=steps,
+            accountant="pld",
+        )
+    assert noise_multiplier is not None
+    directions = None if seed is None else SeededGaussianNoise(seed + 1)
+    clipping = make_engine(
+        model,
+        engine=engine,
+        max_grad_norm=max_grad_norm,
+        jl_dimension=jl_dimension,
+        directions=directions,
+        nonfinite=nonfinite,
+    )
+    clipping.prepare(*_trial_examples(loader, split), loss_fn)
+    dp = DPOptimizer(
+        optimizer,
+        engine=clipping,
+        noise_multiplier=noise_multiplier,
+        expected_batch_size=loader.sampler.expected_lot_size,
+        noise=noise if noise is not None else SeededGaussianNoise(seed),
+    )
+    private = PrivateOptimizer(
+        dp, loader=loader, loss_fn=loss_fn, split=split, jl_dimension=jl_dimension
+    )
+    return model, private, loader

@@ -1,0 +1,143 @@
+"""LotLoader: Poisson lots of a map-style Dataset through a DataLoader, in micro-batches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
+
+from dpcore.errors import InvalidParameterError
+from dpcore.torch.loaders import LotLoader, MicroBatch
+from dpcore.torch.samplers import PoissonSampler
+
+
+class Lazy(Dataset[tuple[torch.Tensor, int]]):
+    """Examples made on the fly from their index (like images read lazily), with a transform."""
+
+    def __init__(self, size: int, transform: Any = None) -> None:
+        self.size, self.transform = size, transform
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        image = torch.full((1, 2, 2), float(index))
+        return (self.transform(image) if self.transform else image), index
+
+
+def _lots(loader: LotLoader) -> list[list[int]]:
+    """Indices of every lot, reassembled from the micro-batches."""
+    lots: list[list[int]] = []
+    current: list[int] = []
+    for micro in loader:
+        assert isinstance(micro, MicroBatch)
+        if micro.size:
+            current += micro.data[1].tolist()
+            assert micro.size <= (loader.max_physical_batch_size or micro.size)
+        if micro.last:
+            assert len(current) == micro.lot_size
+            lots.append(current)
+            current = []
+    assert not current
+    return lots
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("physical", [None, 1, 3])
+def test_lots_are_the_samplers_lots_in_micro_batches(workers: int, physical: int | None) -> None:
+    reference = PoissonSampler(30, sampling_probability=0.05, seed=7)
+    expected = [reference.sample().tolist() for _ in range(reference.steps_per_epoch)]
+    assert any(len(lot) == 0 for lot in expected)  # empty lots are part of the test
+    loader = LotLoader(
+        Lazy(30, transform=lambda x: x * 2),
+        sampler=PoissonSampler(30, sampling_probability=0.05, seed=7),
+        max_physical_batch_size=physical,
+        num_workers=workers,
+    )
+    assert len(loader) == 20
+    assert _lots(loader) == expected
+
+
+def test_empty_lots_yield_one_micro_batch_without_data() -> None:
+    loader = LotLoader(Lazy(5), sampler=PoissonSampler(5, sampling_probability=0.01, seed=0))
+    micros = list(loader)
+    assert len(micros) == 100  # round(1 / q) lots, nearly all empty
+    empty = [m for m in micros if m.size == 0]
+    assert empty and all(m.data is None and m.last and m.lot_size == 0 for m in empty)
+
+
+def test_collate_fn_and_dict_examples_pass_through() -> None:
+    class Records(Dataset[dict[str, torch.Tensor]]):
+        def __len__(self) -> int:
+            return 30
+
+        def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+            return {"x": torch.tensor([float(index)]), "y": torch.tensor(index % 2)}
+
+    calls = []
+
+    def collate(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+        calls.append(len(items))
+        return {k: torch.stack([item[k] for item in items]) for k in items[0]}
+
+    loader = LotLoader(
+        Records(),
+        sampler=PoissonSampler(30, sampling_probability=0.3, seed=1),
+        max_physical_batch_size=4,
+        collate_fn=collate,
+    )
+    micros = [m for m in loader if m.size]
+    assert micros and all(set(m.data) == {"x", "y"} for m in micros)
+    assert calls and max(calls) <= 4
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_state_dict_resumes_after_the_lots_consumed_not_the_prefetched(workers: int) -> None:
+    def loader() -> LotLoader:
+        return LotLoader(
+            Lazy(50),
+            sampler=PoissonSampler(50, sampling_probability=0.1, seed=3),
+            max_physical_batch_size=2,
+            num_workers=workers,
+        )
+
+    whole = _lots(loader())
+    first = loader()
+    seen: list[list[int]] = []
+    current: list[int] = []
+    for micro in first:
+        if micro.size:
+            current += micro.data[1].tolist()
+        if micro.last:
+            seen.append(current)
+            current = []
+            if len(seen) == 4:
+                break
+    state = first.state_dict()
+    resumed = loader()
+    resumed.load_state_dict(state)
+    assert seen + _lots(resumed) == whole
+
+
+class Stream(IterableDataset[int]):
+    def __iter__(self) -> Any:
+        return iter(range(10))
+
+
+def test_bad_inputs_are_refused_with_the_reason() -> None:
+    sampler = PoissonSampler(10, sampling_probability=0.5, seed=0)
+    data = TensorDataset(torch.zeros(10, 2), torch.zeros(10))
+    with pytest.raises(InvalidParameterError, match="IterableDataset has no size"):
+        LotLoader(Stream(), sampler=sampler)
+    for option, value in (("batch_size", 4), ("shuffle", True), ("drop_last", True)):
+        with pytest.raises(InvalidParameterError, match=option):
+            LotLoader(data, sampler=sampler, **{option: value})
+    with pytest.raises(InvalidParameterError, match="len\\(dataset\\) = 10"):
+        LotLoader(data, sampler=PoissonSampler(11, sampling_probability=0.5, seed=0))
+    for bad in (0, -3):
+        with pytest.raises(InvalidParameterError, match="max_physical_batch_size"):
+            LotLoader(data, sampler=sampler, max_physical_batch_size=bad)
+    with pytest.raises(InvalidParameterError, match="sampler"):
+        LotLoader(data, sampler=DataLoader(data))  # type: ignore[arg-type]
