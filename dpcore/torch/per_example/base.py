@@ -25,6 +25,7 @@ from dpcore.torch.per_example.trial import (
     LossFunction,
     check_examples_independent,
     finite_examples,
+    full_precision,
     per_example_losses,
     trial_lot,
     trial_sizes,
@@ -136,7 +137,8 @@ class PerExampleEngine(abc.ABC):
         (:func:`~dpcore.torch.per_example.trial.trial_sizes`); on each, the examples must not
         interact (:func:`~dpcore.torch.per_example.trial.check_examples_independent`) and the
         engine must agree with a one-example-at-a-time autograd loop (engine-specific). An
-        engine not prepared explicitly prepares itself on its first non-empty lot.
+        engine not prepared explicitly prepares itself on its first non-empty lot. The trial
+        runs in full precision even inside ``torch.autocast``.
 
         Args:
             inputs: one or more examples (a few distinct ones are best), batch-first.
@@ -152,15 +154,16 @@ class PerExampleEngine(abc.ABC):
             raise InvalidParameterError(
                 "inputs", "at least one example, with as many targets", size
             )
-        finite = finite_examples(self.model, inputs, targets, loss_fn)
-        if not finite:
-            return  # nothing to try on yet: the next non-empty lot prepares
-        index = torch.tensor(finite)
-        inputs, targets = take(inputs, index), take(targets, index)
-        for size in trial_sizes(self.model, inputs, targets, loss_fn):
-            lot, lot_targets = trial_lot(inputs, targets, size)
-            check_examples_independent(self.model, lot, lot_targets, loss_fn)
-            self._check_trial(lot, lot_targets, loss_fn)
+        with full_precision():
+            finite = finite_examples(self.model, inputs, targets, loss_fn)
+            if not finite:
+                return  # nothing to try on yet: the next non-empty lot prepares
+            index = torch.tensor(finite)
+            inputs, targets = take(inputs, index), take(targets, index)
+            for size in trial_sizes(self.model, inputs, targets, loss_fn):
+                lot, lot_targets = trial_lot(inputs, targets, size)
+                check_examples_independent(self.model, lot, lot_targets, loss_fn)
+                self._check_trial(lot, lot_targets, loss_fn)
         self.prepared = True
 
     @contextlib.contextmanager

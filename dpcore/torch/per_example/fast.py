@@ -61,10 +61,13 @@ from dpcore.torch.per_example.layer_handlers import (
 from dpcore.torch.per_example.sequence_handlers import EmbeddingHandler, IdentityInputLSTMHandler
 from dpcore.torch.per_example.trial import (
     close,
+    autocast_dtype,
     compare_with_loop,
     eval_mode,
+    full_precision,
     loop_gradients,
     mismatch,
+    tolerance,
 )
 
 __all__ = ["HANDLERS", "FastEngine", "fast_path_supports", "handler_for", "register_handler"]
@@ -170,6 +173,26 @@ def _ieee_float32() -> Iterator[None]:
 def _versions(call: LayerCall) -> tuple[int, ...]:
     tensors = [call.target, *(s for s in call.saved if isinstance(s, torch.Tensor))]
     return tuple(t._version for t in tensors)
+
+
+def _widened(tensor: Any, dtype: torch.dtype) -> Any:
+    """A low-precision floating tensor (autocast's bf16/fp16) in ``dtype`` (the parameters').
+
+    Norms and clipped sums then accumulate in the parameters' precision (float32), whatever
+    precision the forward ran in.
+    """
+    if (
+        isinstance(tensor, torch.Tensor)
+        and tensor.is_floating_point()
+        and tensor.dtype != dtype
+        and torch.finfo(tensor.dtype).bits < torch.finfo(dtype).bits
+    ):
+        return tensor.to(dtype)
+    return tensor
+
+
+def _widened_call(call: LayerCall, dtype: torch.dtype) -> LayerCall:
+    return LayerCall(tuple(_widened(s, dtype) for s in call.saved), call.target)
 
 
 @dataclasses.dataclass
@@ -306,12 +329,19 @@ class FastEngine(PerExampleEngine):
             outputs, losses, dataflow = self._forward(inputs, targets, loss_fn)
             refuse_unsupported(dataflow.meetings, size)
             expected = self._reference_gradients(losses) if reference else None
-            backprops = self._backprops(losses, size, dataflow.meetings)
+            dtype = self.parameters[0].dtype
+            backprops = {
+                key: _widened(value, dtype)
+                for key, value in self._backprops(losses, size, dataflow.meetings).items()
+            }
             found: dict[str, list[ParameterTerm]] = {}
             names = {id(p): n for n, p in self.named_parameters}
             for layer in self._layers:
                 if layer.calls:
-                    pairs = [(call, backprops[id(call.target)]) for call, _ in layer.calls]
+                    pairs = [
+                        (_widened_call(call, dtype), backprops[id(call.target)])
+                        for call, _ in layer.calls
+                    ]
                     for term in layer.handler.terms(
                         layer.module,
                         pairs,
@@ -388,7 +418,7 @@ class FastEngine(PerExampleEngine):
         """Per-example norms of three examples of this lot equal batch-of-one autograd passes."""
         size = batch_size(inputs)
         examples = sorted({0, size // 2, size - 1})
-        with eval_mode(self.model), _ieee_float32():
+        with eval_mode(self.model), _ieee_float32(), full_precision():
             result = self._pass(inputs, targets, loss_fn, reference=False)
             loop, _ = loop_gradients(
                 self.model, inputs, targets, loss_fn, self.parameters, examples
@@ -439,7 +469,8 @@ class FastEngine(PerExampleEngine):
             else:
                 ones = torch.ones_like(term.squared_norms)
                 found = term.weighted_sum(ones, None).to(expected.dtype)
-            rtol = None if dtype == torch.float64 else 1e-3
+            low = autocast_dtype()  # the reference then ran in bf16/fp16 too, rounded otherwise
+            rtol = tolerance(low) if low is not None else None if dtype == torch.float64 else 1e-3
             if not close(found, expected, dtype, rtol=rtol, scale=total):
                 raise mismatch(
                     f"Parameter {name!r} receives gradient that the fast path does not see (an "

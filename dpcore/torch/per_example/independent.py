@@ -163,7 +163,7 @@ def _pull_back(
             torch.autograd.grad(
                 tensor,
                 list(parameters),
-                grad_outputs=rows,
+                grad_outputs=rows.to(tensor.dtype),
                 is_grads_batched=True,
                 retain_graph=True,
                 allow_unused=True,
@@ -172,7 +172,11 @@ def _pull_back(
     except RuntimeError:  # an op without a batching rule: one small backward per example
         per_example = [
             torch.autograd.grad(
-                tensor, list(parameters), grad_outputs=row, retain_graph=True, allow_unused=True
+                tensor,
+                list(parameters),
+                grad_outputs=row.to(tensor.dtype),
+                retain_graph=True,
+                allow_unused=True,
             )
             for row in rows
         ]

@@ -41,7 +41,9 @@ __all__ = [
     "check_examples_independent",
     "close",
     "compare_with_loop",
+    "autocast_dtype",
     "eval_mode",
+    "full_precision",
     "finite_examples",
     "loop_gradients",
     "mismatch",
@@ -77,6 +79,22 @@ def eval_mode(model: nn.Module) -> Iterator[None]:
     finally:
         for module, training in modes:
             module.training = training
+
+
+def autocast_dtype() -> torch.dtype | None:
+    """The dtype ``torch.autocast`` computes in now (CPU or CUDA), or ``None`` when it is off."""
+    for device in ("cpu", "cuda"):
+        if torch.is_autocast_enabled(device):
+            return torch.get_autocast_dtype(device)
+    return None
+
+
+@contextlib.contextmanager
+def full_precision() -> Iterator[None]:
+    """``torch.autocast`` off while open: the trial checks the model's computation, not the
+    rounding of a bf16/fp16 forward (whose per-example results then differ at ~1e-2)."""
+    with torch.autocast("cpu", enabled=False), torch.autocast("cuda", enabled=False):
+        yield
 
 
 def tolerance(dtype: torch.dtype) -> float:
