@@ -45,7 +45,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import training
+from bench import logical_lots, training
 from bench.training import Cell
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -344,6 +344,8 @@ def run(
             )
             rows.extend(method_rows)
             summaries.append(summary)
+        logical_rows, logical = logical_lots.sweep(quick=quick, cap_mb=cap_mb, progress=progress)
+        rows.extend(logical_rows)
     reference = next(s["largest_lot_under_cap"] for s in summaries if s["method"] == "nonprivate")
     for summary in summaries:
         lot = summary["largest_lot_under_cap"]
@@ -367,6 +369,7 @@ def run(
         date=datetime.date.today().isoformat(),
         wall_seconds=time.perf_counter() - started,
         summaries=summaries,
+        logical_lots=logical,
         config={
             "lots": [2**k for k in range(MIN_LOG2, max_log2 + 1)],
             "warmup_steps": 1,
@@ -383,6 +386,9 @@ def run(
             "interpreter, torch and data at small lots).",
             "largest_lot_under_cap is a power of two; with lower_bound_only the sweep ended for "
             "time (or the largest lot tried), not memory.",
+            "dpsgd_exact_virtual rows (bench.logical_lots): one logical lot of logical_lot "
+            "examples in micro-batches of physical_batch_size, from a dataset that makes each "
+            "example on the fly; largest_logical_lot is the largest that stayed under the cap.",
         ],
     )
     (results_dir / "training_memory.meta.json").write_text(json.dumps(meta, indent=2) + "\n")
