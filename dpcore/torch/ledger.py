@@ -9,8 +9,10 @@ ran*, never data-dependent values such as realised lot sizes (those would leak).
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from dpcore.accountants import accountant_class
 from dpcore.errors import InvalidParameterError, StateError
@@ -26,7 +28,10 @@ from dpcore.events import (
 from dpcore.provenance import git_commit
 from dpcore.validation import check_count, check_delta, check_positive, check_probability
 
-__all__ = ["PrivacyLedger"]
+if TYPE_CHECKING:
+    from dpcore.torch.optimizers import DPOptimizer
+
+__all__ = ["PrivacyLedger", "training_statement", "write_statement"]
 
 
 @dataclasses.dataclass
@@ -172,3 +177,34 @@ class PrivacyLedger:
         return isinstance(other, PrivacyLedger) and self.state_dict() == other.state_dict()
 
     __hash__ = None  # type: ignore[assignment]
+
+
+def training_statement(
+    ledger: PrivacyLedger,
+    *,
+    delta: float,
+    accountants: tuple[str, ...],
+    optimizer: DPOptimizer,
+    sampler: Any,
+    jl_dimension: int | None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The ledger's statement with the engine, clipping norm, noise, sampling and JL dimension."""
+    return ledger.statement(
+        delta=delta,
+        accountants=accountants,
+        engine=optimizer.engine.name,
+        max_grad_norm=optimizer.engine.max_grad_norm,
+        noise_multiplier=optimizer.noise_multiplier,
+        noise_source=optimizer.noise.name,
+        expected_lot_size=sampler.expected_lot_size,
+        sampling_probability=sampler.sampling_probability,
+        jl_dimension=jl_dimension,
+        **extra,
+    )
+
+
+def write_statement(path: str | Path, statement: dict[str, Any]) -> dict[str, Any]:
+    """Write a statement as JSON to ``path``; returns it."""
+    Path(path).write_text(json.dumps(statement, indent=2, sort_keys=True) + "\n")
+    return statement

@@ -118,7 +118,11 @@ class LotLoader:
         dataset: a map-style ``Dataset`` (``__getitem__`` and ``__len__``); its size is the N of
             the privacy analysis.
         sampler: a :class:`~dpcore.torch.samplers.PoissonSampler` over ``len(dataset)`` records
-            (a :class:`~dpcore.torch.samplers.ShuffledBatchSampler` only if asked for; it warns).
+            (a :class:`~dpcore.torch.samplers.ShuffledBatchSampler` only if asked for; it warns);
+            or leave it out and give ``sampling_probability``.
+        sampling_probability: q, for a Poisson sampler over ``len(dataset)`` records seeded by
+            ``seed`` (instead of ``sampler``).
+        seed: see ``sampling_probability``.
         max_physical_batch_size: the most examples loaded and clipped at once (``None``: whole
             lots).
         **loader_options: passed to ``torch.utils.data.DataLoader`` (``collate_fn``,
@@ -144,7 +148,9 @@ class LotLoader:
         self,
         dataset: Dataset[Any],
         *,
-        sampler: LotSampler,
+        sampler: LotSampler | None = None,
+        sampling_probability: float | None = None,
+        seed: int | None = None,
         max_physical_batch_size: int | None = None,
         **loader_options: Any,
     ) -> None:
@@ -164,6 +170,13 @@ class LotLoader:
                 loader_options[refused[0]],
             )
         size = len(dataset)
+        if (sampler is None) == (sampling_probability is None):
+            raise InvalidParameterError(
+                "sampler", "given exactly when sampling_probability is not", sampler
+            )
+        if sampler is None:
+            assert sampling_probability is not None
+            sampler = PoissonSampler(size, sampling_probability=sampling_probability, seed=seed)
         if not isinstance(sampler, PoissonSampler | ShuffledBatchSampler):
             raise InvalidParameterError("sampler", "a PoissonSampler", sampler)
         if sampler.dataset_size != size:

@@ -22,7 +22,6 @@ ledger (an empty lot too). The JL engine draws its directions once per lot.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from dpcore.calibration import calibrate_noise
 from dpcore.errors import InvalidParameterError, StateError
 from dpcore.torch.batches import batch_size
 from dpcore.torch.engines import make_engine
-from dpcore.torch.ledger import PrivacyLedger
+from dpcore.torch.ledger import PrivacyLedger, training_statement, write_statement
 from dpcore.torch.loaders import LotLoader, MicroBatch, Split, split_pair
 from dpcore.torch.noise import NoiseSource, SeededGaussianNoise
 from dpcore.torch.optimizers import DPOptimizer
@@ -153,26 +152,20 @@ class PrivateOptimizer:
         self, *, delta: float, accountants: tuple[str, ...] = ("rdp", "pld"), **extra: Any
     ) -> dict[str, Any]:
         """The ledger's statement with the engine, clipping norm, noise and lot sizes."""
-        sampler = self.loader.sampler
-        return self.ledger.statement(
+        return training_statement(
+            self.ledger,
             delta=delta,
             accountants=accountants,
-            engine=self.engine.name,
-            max_grad_norm=self.engine.max_grad_norm,
-            noise_multiplier=self.dp.noise_multiplier,
-            noise_source=self.dp.noise.name,
-            expected_lot_size=sampler.expected_lot_size,
-            sampling_probability=sampler.sampling_probability,
-            max_physical_batch_size=self.loader.max_physical_batch_size,
+            optimizer=self.dp,
+            sampler=self.loader.sampler,
             jl_dimension=self.jl_dimension,
+            max_physical_batch_size=self.loader.max_physical_batch_size,
             **extra,
         )
 
     def save_statement(self, path: str | Path, *, delta: float, **extra: Any) -> dict[str, Any]:
         """Write :meth:`privacy_statement` as JSON to ``path``; returns it."""
-        statement = self.privacy_statement(delta=delta, **extra)
-        Path(path).write_text(json.dumps(statement, indent=2, sort_keys=True) + "\n")
-        return statement
+        return write_statement(path, self.privacy_statement(delta=delta, **extra))
 
     def state_dict(self) -> dict[str, Any]:
         """Optimizer, noise, JL directions, loader (lots consumed) and ledger, between lots.

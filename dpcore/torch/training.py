@@ -9,7 +9,6 @@ ledger, so a resumed run reproduces an uninterrupted one exactly on CPU with fix
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,7 +21,7 @@ from dpcore.accountants import accountant_class
 from dpcore.errors import InvalidParameterError, StateError, UnsupportedEventError
 from dpcore.torch.batches import Batch, batch_size, take
 from dpcore.torch.engines import make_engine
-from dpcore.torch.ledger import PrivacyLedger
+from dpcore.torch.ledger import PrivacyLedger, training_statement, write_statement
 from dpcore.torch.noise import NoiseSource, SeededGaussianNoise
 from dpcore.torch.optimizers import DPOptimizer
 from dpcore.torch.per_example.base import LossFunction, NonFinitePolicy
@@ -275,24 +274,19 @@ class DPTrainer:
         self, *, delta: float, accountants: tuple[str, ...] = ("rdp", "pld"), **extra: Any
     ) -> dict[str, Any]:
         """The ledger's statement with the engine, clipping norm, noise and JL dimension."""
-        return self.ledger.statement(
+        return training_statement(
+            self.ledger,
             delta=delta,
             accountants=accountants,
-            engine=self.engine.name,
-            max_grad_norm=self.engine.max_grad_norm,
-            noise_multiplier=self.optimizer.noise_multiplier,
-            noise_source=self.optimizer.noise.name,
-            expected_lot_size=self.sampler.expected_lot_size,
-            sampling_probability=self.sampler.sampling_probability,
+            optimizer=self.optimizer,
+            sampler=self.sampler,
             jl_dimension=self.jl_dimension,
             **extra,
         )
 
     def save_statement(self, path: str | Path, *, delta: float, **extra: Any) -> dict[str, Any]:
         """Write :meth:`privacy_statement` as JSON to ``path``; returns it."""
-        statement = self.privacy_statement(delta=delta, **extra)
-        Path(path).write_text(json.dumps(statement, indent=2, sort_keys=True) + "\n")
-        return statement
+        return write_statement(path, self.privacy_statement(delta=delta, **extra))
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:

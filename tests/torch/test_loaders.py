@@ -141,3 +141,13 @@ def test_bad_inputs_are_refused_with_the_reason() -> None:
             LotLoader(data, sampler=sampler, max_physical_batch_size=bad)
     with pytest.raises(InvalidParameterError, match="sampler"):
         LotLoader(data, sampler=DataLoader(data))  # type: ignore[arg-type]
+
+
+def test_sampling_probability_takes_the_size_from_the_dataset() -> None:
+    loader = LotLoader(Lazy(40), sampling_probability=0.1, seed=2)
+    reference = PoissonSampler(40, sampling_probability=0.1, seed=2)
+    assert _lots(loader) == [reference.sample().tolist() for _ in range(10)]
+    with pytest.raises(InvalidParameterError, match="sampler"):
+        LotLoader(Lazy(40))
+    with pytest.raises(InvalidParameterError, match="sampler"):
+        LotLoader(Lazy(40), sampler=reference, sampling_probability=0.1)

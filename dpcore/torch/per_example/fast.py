@@ -60,8 +60,8 @@ from dpcore.torch.per_example.layer_handlers import (
 )
 from dpcore.torch.per_example.sequence_handlers import EmbeddingHandler, IdentityInputLSTMHandler
 from dpcore.torch.per_example.trial import (
-    close,
     autocast_dtype,
+    close,
     compare_with_loop,
     eval_mode,
     full_precision,

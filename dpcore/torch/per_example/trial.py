@@ -38,13 +38,13 @@ LossFunction = Callable[[Any, Any], torch.Tensor]
 
 __all__ = [
     "LossFunction",
+    "autocast_dtype",
     "check_examples_independent",
     "close",
     "compare_with_loop",
-    "autocast_dtype",
     "eval_mode",
-    "full_precision",
     "finite_examples",
+    "full_precision",
     "loop_gradients",
     "mismatch",
     "per_example_losses",
