@@ -5,10 +5,10 @@ Large lots make DP-SGD accurate; with virtual lots (:class:`dpcore.torch.loaders
 time, so memory should follow the physical batch, not the lot. Each worker (one process, one torch
 thread, killed above the cap like :mod:`bench.training_memory`'s) trains the TF Privacy MNIST CNN
 with the exact fast path on a synthetic map-style dataset whose examples are made on the fly from
-their index (nothing of the lot is held in memory but its micro-batch): first three lots of
-``PHYSICAL`` examples (a single micro-batch: the one-batch path; the last is timed), then one
-logical lot of L examples (q = 1 over a dataset of L records: every record, by Poisson sampling
-with rate 1) in micro-batches of ``PHYSICAL``. It reports the peak RSS and the seconds per example
+their index (nothing of the lot is held in memory but its micro-batch): first twelve lots of
+``PHYSICAL`` examples (a single micro-batch each: the one-batch path; the median of the last ten
+is its time), then one logical lot of L examples (q = 1 over a dataset of L records: every
+record, by Poisson sampling with rate 1) in micro-batches of ``PHYSICAL``. It reports the peak RSS and the seconds per example
 of both, whose ratio is the cost of splitting.
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from typing import Any
@@ -47,9 +48,9 @@ def _dataset(size: int) -> Any:
     return SyntheticImages()
 
 
-def _one_lot(model: Any, size: int, *, lots: int = 1) -> float:
-    """Seconds for the last of ``lots`` logical lots of ``size`` examples (q = 1), micro-batched
-    by PHYSICAL; the first lot of a new engine also runs its one-time checks."""
+def _lots(model: Any, size: int, *, lots: int = 1) -> list[float]:
+    """Seconds of each of ``lots`` logical lots of ``size`` examples (q = 1), micro-batched by
+    PHYSICAL; the first lot of a new engine also runs its one-time checks."""
     import torch
     from torch import nn
 
@@ -72,11 +73,11 @@ def _one_lot(model: Any, size: int, *, lots: int = 1) -> float:
         engine="fast",
         seed=0,
     )
-    seconds = 0.0
+    seconds = []
     for _ in range(lots):
         start = time.perf_counter()
         steps = [result for micro in loader if (result := optimizer.step(micro)) is not None]
-        seconds = time.perf_counter() - start
+        seconds.append(time.perf_counter() - start)
         assert len(steps) == 1 and steps[0].lot_size == size
     return seconds
 
@@ -92,9 +93,9 @@ def measure(lot: int) -> dict[str, Any]:
     row: dict[str, Any] = {"error": None, "peak_rss_mb": None}
     try:
         model = tf_privacy_mnist_cnn()
-        one_batch = _one_lot(model, PHYSICAL, lots=3)
+        one_batch = statistics.median(_lots(model, PHYSICAL, lots=12)[2:])
         row["one_batch_rss_mb"] = training.peak_rss_mb()
-        logical = _one_lot(model, lot)
+        (logical,) = _lots(model, lot)
         row.update(
             step_seconds=logical,
             seconds_per_example=logical / lot,

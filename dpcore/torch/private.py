@@ -37,9 +37,9 @@ from dpcore.torch.ledger import PrivacyLedger, training_statement, write_stateme
 from dpcore.torch.loaders import LotLoader, MicroBatch, Split, split_pair
 from dpcore.torch.noise import NoiseSource, SeededGaussianNoise
 from dpcore.torch.optimizers import DPOptimizer
-from dpcore.torch.per_example.base import ClippedBatch, LossFunction, NonFinitePolicy
+from dpcore.torch.per_example.base import LossFunction, NonFinitePolicy
 from dpcore.torch.per_example.jl import JLEngine
-from dpcore.torch.per_example.virtual import combine
+from dpcore.torch.per_example.virtual import LotSum
 from dpcore.torch.training import StepResult, accuracy
 from dpcore.validation import check_count, check_delta, check_positive
 
@@ -69,7 +69,7 @@ class PrivateOptimizer:
         self.jl_dimension = jl_dimension
         sampler = loader.sampler
         self.ledger = PrivacyLedger(dataset_size=sampler.dataset_size, sampler=sampler.kind)
-        self._parts: list[ClippedBatch] = []
+        self._sum = LotSum(self.engine.parameters, keep_outputs=False)
         self._correct = 0.0  # correct predictions in the lot so far (NaN when not measurable)
         self._lot: int | None = None
         self._lot_scope: contextlib.ExitStack | None = None
@@ -119,7 +119,7 @@ class PrivateOptimizer:
                     "split", f"to return inputs of {micro.size} examples", batch_size(inputs)
                 )
             part = self.engine.clipped_sum(inputs, targets, self.loss_fn)
-            self._parts.append(part)
+            self._sum.add(part)
             outputs = part.outputs
             if isinstance(outputs, torch.Tensor) and isinstance(targets, torch.Tensor):
                 self._correct += accuracy(outputs, targets) * micro.size
@@ -127,9 +127,10 @@ class PrivateOptimizer:
                 self._correct = math.nan
         if not micro.last:
             return None
-        clipped = combine(self._parts, self.engine.parameters)
+        clipped = self._sum.result()
         correct = self._correct / micro.lot_size if micro.lot_size else math.nan
-        self._parts, self._correct = [], 0.0
+        self._sum = LotSum(self.engine.parameters, keep_outputs=False)
+        self._correct = 0.0
         self._lot = None
         if self._lot_scope is not None:
             self._lot_scope.close()

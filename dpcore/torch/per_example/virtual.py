@@ -19,34 +19,55 @@ from dpcore.torch.batches import Batch, batch_size, take
 from dpcore.torch.per_example.base import ClippedBatch, LossFunction, PerExampleEngine
 from dpcore.validation import check_count
 
-__all__ = ["clipped_sum_in_parts", "combine"]
+__all__ = ["LotSum", "clipped_sum_in_parts", "combine"]
+
+
+class LotSum:
+    """The running clipped sum of one logical lot, its micro-batches folded in as they come.
+
+    Only the per-parameter sums and three numbers per example (norm, clip factor, loss) are kept,
+    so memory does not grow with the lot beyond those; outputs are kept (for accuracy) only when
+    ``keep_outputs`` and every micro-batch's outputs are a tensor.
+    """
+
+    def __init__(self, parameters: list[torch.nn.Parameter], *, keep_outputs: bool = True) -> None:
+        self.dtype = parameters[0].dtype
+        self.summed = [torch.zeros_like(p) for p in parameters]
+        self.rows: tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]] = ([], [], [])
+        self.outputs: list[torch.Tensor] | None = [] if keep_outputs else None
+
+    def add(self, part: ClippedBatch) -> None:
+        """Fold one micro-batch's result in."""
+        for total, summed in zip(self.summed, part.summed, strict=True):
+            total.add_(summed.detach().to(total.dtype))
+        for kept, row in zip(self.rows, (part.norms, part.clip_factors, part.losses), strict=True):
+            kept.append(row.detach().to(self.dtype).cpu())
+        if self.outputs is not None and part.outputs is not None:
+            if isinstance(part.outputs, torch.Tensor):
+                self.outputs.append(part.outputs.detach())
+            else:
+                self.outputs = None
+
+    def result(self) -> ClippedBatch:
+        """The lot's :class:`ClippedBatch`."""
+        norms, factors, losses = (
+            torch.cat(kept) if kept else torch.zeros(0, dtype=self.dtype) for kept in self.rows
+        )
+        return ClippedBatch(
+            summed=self.summed,
+            norms=norms,
+            clip_factors=factors,
+            losses=losses,
+            outputs=torch.cat(self.outputs) if self.outputs else None,
+        )
 
 
 def combine(parts: Iterable[ClippedBatch], parameters: list[torch.nn.Parameter]) -> ClippedBatch:
-    """One lot's :class:`ClippedBatch` from its micro-batches' (sums added, rows concatenated).
-
-    Outputs are kept only when every micro-batch's outputs are a tensor (for accuracy).
-    """
-    summed = [torch.zeros_like(p) for p in parameters]
-    norms, factors, losses, outputs = [], [], [], []
-    tensors_only = True
+    """One lot's :class:`ClippedBatch` from its micro-batches' (sums added, rows concatenated)."""
+    total = LotSum(parameters)
     for part in parts:
-        summed = [total + s.to(total.dtype) for total, s in zip(summed, part.summed, strict=True)]
-        norms.append(part.norms)
-        factors.append(part.clip_factors)
-        losses.append(part.losses)
-        if part.outputs is not None:
-            tensors_only = tensors_only and isinstance(part.outputs, torch.Tensor)
-            outputs.append(part.outputs)
-    dtype = parameters[0].dtype
-    empty = torch.zeros(0, dtype=dtype)
-    return ClippedBatch(
-        summed=summed,
-        norms=torch.cat([n.to(dtype).cpu() for n in norms]) if norms else empty,
-        clip_factors=torch.cat([f.to(dtype).cpu() for f in factors]) if factors else empty,
-        losses=torch.cat([v.to(dtype).cpu() for v in losses]) if losses else empty,
-        outputs=torch.cat(outputs) if outputs and tensors_only else None,
-    )
+        total.add(part)
+    return total.result()
 
 
 def clipped_sum_in_parts(
