@@ -5,26 +5,30 @@ Large lots make DP-SGD accurate; with virtual lots (:class:`dpcore.torch.loaders
 time, so memory should follow the physical batch, not the lot. Each worker (one process, one torch
 thread, killed above the cap like :mod:`bench.training_memory`'s) trains the TF Privacy MNIST CNN
 with the exact fast path on a synthetic map-style dataset whose examples are made on the fly from
-their index (nothing of the lot is held in memory but its micro-batch): first twelve lots of
-``PHYSICAL`` examples (a single micro-batch each: the one-batch path; the median of the last ten
-is its time), then one logical lot of L examples (q = 1 over a dataset of L records: every
-record, by Poisson sampling with rate 1) in micro-batches of ``PHYSICAL``. It reports the peak RSS and the seconds per example
-of both, whose ratio is the cost of splitting.
+their index (nothing of the lot is held in memory but its micro-batch): first two lots of
+``BASELINE`` examples processed in one batch each (the one-batch path; the second is timed),
+then one logical lot of L examples (q = 1 over a dataset of L records: every record, by Poisson
+sampling with rate 1) in micro-batches of ``PHYSICAL``. It reports the peak RSS and the seconds
+per example of both; their ratio is the cost of splitting (loading included in both).
+
+``python -m bench.logical_lots --update`` runs this sweep alone and replaces its rows in an
+existing ``bench/results/training_memory.json`` (the meta file records its own commit).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from bench import training
 from bench.training import Cell
 
 PHYSICAL = 256
+BASELINE = 16384
 CELL = Cell("mnist_cnn", "dpsgd_exact_virtual")
 MIN_LOG2, MAX_LOG2, QUICK_LOG2 = 14, 20, 14
 TIMEOUT = 1200.0
@@ -48,9 +52,9 @@ def _dataset(size: int) -> Any:
     return SyntheticImages()
 
 
-def _lots(model: Any, size: int, *, lots: int = 1) -> list[float]:
+def _lots(model: Any, size: int, *, lots: int = 1, physical: int | None = PHYSICAL) -> list[float]:
     """Seconds of each of ``lots`` logical lots of ``size`` examples (q = 1), micro-batched by
-    PHYSICAL; the first lot of a new engine also runs its one-time checks."""
+    ``physical`` (None: one batch); the first lot of a new engine also runs its one-time checks."""
     import torch
     from torch import nn
 
@@ -61,7 +65,7 @@ def _lots(model: Any, size: int, *, lots: int = 1) -> list[float]:
     loader = LotLoader(
         _dataset(size),
         sampler=PoissonSampler(size, sampling_probability=1.0, seed=0),
-        max_physical_batch_size=PHYSICAL,
+        max_physical_batch_size=physical,
     )
     _, optimizer, loader = make_private(
         model,
@@ -93,14 +97,15 @@ def measure(lot: int) -> dict[str, Any]:
     row: dict[str, Any] = {"error": None, "peak_rss_mb": None}
     try:
         model = tf_privacy_mnist_cnn()
-        one_batch = statistics.median(_lots(model, PHYSICAL, lots=12)[2:])
+        one_batch = _lots(model, BASELINE, lots=2, physical=None)[-1]
         row["one_batch_rss_mb"] = training.peak_rss_mb()
         (logical,) = _lots(model, lot)
         row.update(
             step_seconds=logical,
             seconds_per_example=logical / lot,
-            seconds_per_example_one_batch=one_batch / PHYSICAL,
-            per_example_ratio=(logical / lot) / (one_batch / PHYSICAL),
+            seconds_per_example_one_batch=one_batch / BASELINE,
+            per_example_ratio=(logical / lot) / (one_batch / BASELINE),
+            one_batch_lot=BASELINE,
         )
     except (Exception, MemoryError) as error:  # recorded: the parent decides what it means
         row["error"] = f"{type(error).__name__}: {error}"[:2000]
@@ -134,6 +139,7 @@ def sweep(
             **measured,
         }
         rows.append(row)
+        progress.update(1)
         if row.get("exceeded_cap") or row.get("error") or row.get("skipped"):
             stopped_by = f"stopped at logical lot {lot}: " + (
                 "exceeded the cap"
@@ -159,6 +165,26 @@ def sweep(
     return rows, summary
 
 
+def update(results_dir: Path) -> list[dict[str, Any]]:
+    """Run the sweep alone; replace its rows and summary in ``training_memory.json`` (+ meta)."""
+    from tqdm import tqdm
+
+    from bench.training_memory import CAP_MB, ROOT
+    from dpcore.provenance import provenance
+
+    path = results_dir / "training_memory.json"
+    meta_path = results_dir / "training_memory.meta.json"
+    rows = [r for r in json.loads(path.read_text()) if r["method"] != CELL.method]
+    meta = json.loads(meta_path.read_text())
+    with tqdm(total=MAX_LOG2 - MIN_LOG2 + 1, desc="logical lots", unit="lot") as progress:
+        logical_rows, summary = sweep(quick=False, cap_mb=CAP_MB, progress=progress)
+    summary["provenance"] = provenance(root=ROOT, benchmark="logical_lots")
+    meta["logical_lots"] = summary
+    path.write_text(json.dumps(rows + logical_rows, indent=2) + "\n")
+    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+    return logical_rows
+
+
 def _worker(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.logical_lots --worker")
     parser.add_argument("--worker", required=True)
@@ -171,4 +197,7 @@ def _worker(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--update"]:
+        update(Path(__file__).resolve().parent / "results")
+        sys.exit(0)
     sys.exit(_worker(sys.argv[1:]))

@@ -337,7 +337,9 @@ def run(
     rows: list[dict[str, Any]] = []
     summaries: list[dict[str, Any]] = []
     per_method = max_log2 - MIN_LOG2 + 1
-    with tqdm(total=len(METHODS) * per_method, desc="training memory", unit="lot") as progress:
+    logical_count = 1 if quick else logical_lots.MAX_LOG2 - logical_lots.MIN_LOG2 + 1
+    total = len(METHODS) * per_method + logical_count
+    with tqdm(total=total, desc="training memory", unit="lot") as progress:
         for cell in METHODS:
             method_rows, summary = sweep(
                 cell, max_log2=max_log2, cap_mb=cap_mb, threads=threads, progress=progress

@@ -69,7 +69,7 @@ class PrivateOptimizer:
         self.jl_dimension = jl_dimension
         sampler = loader.sampler
         self.ledger = PrivacyLedger(dataset_size=sampler.dataset_size, sampler=sampler.kind)
-        self._sum = LotSum(self.engine.parameters, keep_outputs=False)
+        self._sum: LotSum | None = None
         self._correct = 0.0  # correct predictions in the lot so far (NaN when not measurable)
         self._lot: int | None = None
         self._lot_scope: contextlib.ExitStack | None = None
@@ -104,6 +104,7 @@ class PrivateOptimizer:
             )
         if self._lot is None:
             self._lot = micro.lot
+            self._sum = LotSum(self.engine.parameters, keep_outputs=False, size=micro.lot_size)
             self._lot_scope = contextlib.ExitStack()
             self._lot_scope.enter_context(self.engine.one_lot())
         elif micro.lot != self._lot:
@@ -119,6 +120,7 @@ class PrivateOptimizer:
                     "split", f"to return inputs of {micro.size} examples", batch_size(inputs)
                 )
             part = self.engine.clipped_sum(inputs, targets, self.loss_fn)
+            assert self._sum is not None
             self._sum.add(part)
             outputs = part.outputs
             if isinstance(outputs, torch.Tensor) and isinstance(targets, torch.Tensor):
@@ -127,10 +129,10 @@ class PrivateOptimizer:
                 self._correct = math.nan
         if not micro.last:
             return None
+        assert self._sum is not None
         clipped = self._sum.result()
         correct = self._correct / micro.lot_size if micro.lot_size else math.nan
-        self._sum = LotSum(self.engine.parameters, keep_outputs=False)
-        self._correct = 0.0
+        self._sum, self._correct = None, 0.0
         self._lot = None
         if self._lot_scope is not None:
             self._lot_scope.close()

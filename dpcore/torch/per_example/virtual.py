@@ -30,18 +30,35 @@ class LotSum:
     ``keep_outputs`` and every micro-batch's outputs are a tensor.
     """
 
-    def __init__(self, parameters: list[torch.nn.Parameter], *, keep_outputs: bool = True) -> None:
+    def __init__(
+        self,
+        parameters: list[torch.nn.Parameter],
+        *,
+        keep_outputs: bool = True,
+        size: int | None = None,
+    ) -> None:
         self.dtype = parameters[0].dtype
         self.summed = [torch.zeros_like(p) for p in parameters]
         self.rows: tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]] = ([], [], [])
         self.outputs: list[torch.Tensor] | None = [] if keep_outputs else None
+        # With the lot's size known, its rows go into one preallocated block: thousands of small
+        # long-lived tensors fragment the heap (RSS grew by ~1 KB per example at a 1M lot).
+        self._filled = 0
+        self._block = None if size is None else torch.empty(3, size, dtype=self.dtype)
 
     def add(self, part: ClippedBatch) -> None:
         """Fold one micro-batch's result in."""
         for total, summed in zip(self.summed, part.summed, strict=True):
             total.add_(summed.detach().to(total.dtype))
-        for kept, row in zip(self.rows, (part.norms, part.clip_factors, part.losses), strict=True):
-            kept.append(row.detach().to(self.dtype).cpu())
+        rows = (part.norms, part.clip_factors, part.losses)
+        if self._block is not None:
+            count = int(part.norms.shape[0])
+            for k, row in enumerate(rows):
+                self._block[k, self._filled : self._filled + count] = row.detach().cpu()
+            self._filled += count
+        else:
+            for kept, row in zip(self.rows, rows, strict=True):
+                kept.append(row.detach().to(self.dtype).cpu())
         if self.outputs is not None and part.outputs is not None:
             if isinstance(part.outputs, torch.Tensor):
                 self.outputs.append(part.outputs.detach())
@@ -50,9 +67,12 @@ class LotSum:
 
     def result(self) -> ClippedBatch:
         """The lot's :class:`ClippedBatch`."""
-        norms, factors, losses = (
-            torch.cat(kept) if kept else torch.zeros(0, dtype=self.dtype) for kept in self.rows
-        )
+        if self._block is not None:
+            norms, factors, losses = self._block[:, : self._filled].clone()
+        else:
+            norms, factors, losses = (
+                torch.cat(kept) if kept else torch.zeros(0, dtype=self.dtype) for kept in self.rows
+            )
         return ClippedBatch(
             summed=self.summed,
             norms=norms,
