@@ -378,26 +378,30 @@ class FastEngine(PerExampleEngine):
         result = self._pass(inputs, targets, loss_fn, reference=first)
         dtype = self.parameters[0].dtype
         squared = torch.zeros(size, dtype=dtype, device=result.losses.device)
-        for term in result.terms.values():
-            squared = squared + term.squared_norms.to(dtype)
+        each: ParameterTerm | None = None
+        for each in result.terms.values():
+            squared = squared + each.squared_norms.to(dtype)
         norms = squared.sqrt()
         factors = clip_factors(norms, max_grad_norm=self.max_grad_norm, nonfinite=self.nonfinite)
         keep = factors > 0
         mask = None if bool(keep.all()) else keep
-        if result.reference is not None and self._check_against(result.reference, result.terms):
-            self._check_norms(inputs, targets, loss_fn)
-            self._verified = True
-        summed = []
-        for name, parameter in self.named_parameters:
-            own = result.terms.get(name)
-            summed.append(
-                torch.zeros_like(parameter)
-                if own is None
-                else own.weighted_sum(factors, mask).to(parameter.dtype)
-            )
-        return ClippedBatch(
+        check_norms = result.reference is not None and self._check_against(
+            result.reference, result.terms
+        )
+        summed = [
+            torch.zeros_like(parameter)
+            if name not in result.terms
+            else result.terms[name].weighted_sum(factors, mask).to(parameter.dtype)
+            for name, parameter in self.named_parameters
+        ]
+        batch = ClippedBatch(
             summed, norms.detach(), factors, result.losses.detach(), detached(result.outputs)
         )
+        if check_norms:  # after this pass's activations are released: peak memory stays one pass
+            del result, each
+            self._check_norms(inputs, targets, loss_fn)
+            self._verified = True
+        return batch
 
     # -- checks ------------------------------------------------------------------------------
 
