@@ -515,7 +515,11 @@ class FastEngine(PerExampleEngine):
             targets[id(meeting.output)] = meeting.output
         tensors = list(targets.values())
         needed = [t for t in tensors if t.requires_grad]
-        gradients = torch.autograd.grad(losses.sum(), needed, allow_unused=True, retain_graph=True)
+        # The graph is kept only for batch-independent parameters, whose per-example gradients are
+        # pulled back through it afterwards; otherwise its buffers are freed now (peak memory).
+        gradients = torch.autograd.grad(
+            losses.sum(), needed, allow_unused=True, retain_graph=bool(meetings)
+        )
         found = {id(t): g for t, g in zip(needed, gradients, strict=True)}
         result = {}
         for tensor in tensors:  # an output the loss does not use has a zero gradient
