@@ -181,15 +181,18 @@ class PrivacyLedger:
 
 def training_statement(
     ledger: PrivacyLedger,
-    *,
     delta: float,
     accountants: tuple[str, ...],
     optimizer: DPOptimizer,
     sampler: Any,
     jl_dimension: int | None,
+    /,
     **extra: Any,
 ) -> dict[str, Any]:
-    """The ledger's statement with the engine, clipping norm, noise, sampling and JL dimension."""
+    """The ledger's statement with the engine, clipping norm, noise, sampling and JL dimension.
+
+    The fixed arguments are positional, so that ``extra`` may hold any key (e.g. ``optimizer``).
+    """
     return ledger.statement(
         delta=delta,
         accountants=accountants,

@@ -141,7 +141,7 @@ class LotLoader:
         >>> loader = LotLoader(data, sampler=PoissonSampler(10, sampling_probability=0.5, seed=0),
         ...                    max_physical_batch_size=2)
         >>> [(m.lot, m.size, m.last) for m in loader][:3]
-        [(0, 2, False), (0, 2, False), (0, 1, True)]
+        [(0, 2, False), (0, 2, True), (1, 2, False)]
     """
 
     def __init__(

@@ -157,11 +157,11 @@ class PrivateOptimizer:
         """The ledger's statement with the engine, clipping norm, noise and lot sizes."""
         return training_statement(
             self.ledger,
-            delta=delta,
-            accountants=accountants,
-            optimizer=self.dp,
-            sampler=self.loader.sampler,
-            jl_dimension=self.jl_dimension,
+            delta,
+            accountants,
+            self.dp,
+            self.loader.sampler,
+            self.jl_dimension,
             max_physical_batch_size=self.loader.max_physical_batch_size,
             **extra,
         )

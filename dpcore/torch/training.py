@@ -276,11 +276,11 @@ class DPTrainer:
         """The ledger's statement with the engine, clipping norm, noise and JL dimension."""
         return training_statement(
             self.ledger,
-            delta=delta,
-            accountants=accountants,
-            optimizer=self.optimizer,
-            sampler=self.sampler,
-            jl_dimension=self.jl_dimension,
+            delta,
+            accountants,
+            self.optimizer,
+            self.sampler,
+            self.jl_dimension,
             **extra,
         )
 
