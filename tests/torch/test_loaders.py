@@ -151,3 +151,14 @@ def test_sampling_probability_takes_the_size_from_the_dataset() -> None:
         LotLoader(Lazy(40))
     with pytest.raises(InvalidParameterError, match="sampler"):
         LotLoader(Lazy(40), sampler=reference, sampling_probability=0.1)
+
+
+def test_pin_memory_passes_through_to_the_data_loader() -> None:
+    loader = LotLoader(Lazy(20), sampling_probability=0.5, seed=0, pin_memory=True)
+    assert loader.loader.pin_memory
+    expected = _lots(LotLoader(Lazy(20), sampling_probability=0.5, seed=0))
+    if torch.cuda.is_available():
+        assert _lots(loader) == expected
+    else:  # torch says it will not pin without an accelerator, and loads as usual
+        with pytest.warns(UserWarning, match="pin_memory"):
+            assert _lots(loader) == expected
