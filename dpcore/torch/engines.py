@@ -58,14 +58,15 @@ class AutoEngine(PerExampleEngine):
         except ExamplesInteractError:
             raise  # no engine can clip such a model
         except IncompatibleModelError as error:
-            names = getattr(error, "parameters", None) or ["(see below)"]
             vmap = VmapEngine(
                 self.model, max_grad_norm=self.max_grad_norm, nonfinite=self.nonfinite
             )
             vmap.prepare(inputs, targets, loss_fn)
+            names = getattr(error, "parameters", None)
+            culprit = f"parameter {names[0]!r}" if names else "this model"
             warnings.warn(
                 f"engine='auto' trains this model with the vmap engine (exact, slower): the fast "
-                f"path cannot attribute parameter {names[0]!r} to examples ({error})",
+                f"path cannot attribute {culprit} to examples ({error})",
                 EngineFallbackWarning,
                 stacklevel=3,
             )

@@ -264,6 +264,7 @@ class FastEngine(PerExampleEngine):
             )
         self.norm_strategy: NormStrategy = norm_strategy
         self._layers = _plan(model)
+        self._names = {id(p): n for n, p in self.named_parameters}  # parameter -> its name
         self.verify = bool(verify)
         self._verified = not self.verify
 
@@ -335,7 +336,6 @@ class FastEngine(PerExampleEngine):
                 for key, value in self._backprops(losses, size, dataflow.meetings).items()
             }
             found: dict[str, list[ParameterTerm]] = {}
-            names = {id(p): n for n, p in self.named_parameters}
             for layer in self._layers:
                 if layer.calls:
                     pairs = [
@@ -350,7 +350,7 @@ class FastEngine(PerExampleEngine):
                         trainable=set(layer.trainable),
                         strategy=self.norm_strategy,
                     ):
-                        name = names[id(layer.trainable[term.name])]
+                        name = self._names[id(layer.trainable[term.name])]
                         found.setdefault(name, []).append(term)
             parameters = dict(self.named_parameters)
             for name, rows in independent_rows(
@@ -490,9 +490,8 @@ class FastEngine(PerExampleEngine):
     ) -> dict[int, torch.Tensor]:
         """``d(sum_i loss_i) / d(target)`` for every recorded target, by one backward."""
         targets: dict[int, torch.Tensor] = {}
-        names = {id(p): n for n, p in self.named_parameters}
         for layer in self._layers:
-            owned = [names[id(p)] for p in layer.trainable.values()]
+            owned = [self._names[id(p)] for p in layer.trainable.values()]
             for call, versions in layer.calls:
                 if _versions(call) != versions:
                     raise mismatch(

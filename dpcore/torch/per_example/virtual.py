@@ -42,7 +42,8 @@ class LotSum:
         self.rows: tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]] = ([], [], [])
         self.outputs: list[torch.Tensor] | None = [] if keep_outputs else None
         # With the lot's size known, its rows go into one preallocated block: thousands of small
-        # long-lived tensors fragment the heap (RSS grew by ~1 KB per example at a 1M lot).
+        # long-lived tensors fragment the heap (RSS grew 797 -> 1,708 MiB from a 524,288- to a
+        # 1,048,576-example lot without it).
         self._filled = 0
         self._block = None if size is None else torch.empty(3, size, dtype=self.dtype)
 
