@@ -7,6 +7,7 @@ then draws its figure from the saved file only.
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 import time
 from collections.abc import Callable
@@ -62,11 +63,25 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="run only these reproductions",
     )
+    parser.add_argument(
+        "--stop-after-hours",
+        type=float,
+        default=None,
+        metavar="H",
+        help="training reproductions stop their runs after H hours (resumable; results saved "
+        "with the epochs reached)",
+    )
     args = parser.parse_args(argv)
+    if args.stop_after_hours is not None and not args.stop_after_hours > 0:
+        parser.error(f"--stop-after-hours must be > 0, got {args.stop_after_hours}")
+    deadline = None if args.stop_after_hours is None else time.time() + 3600 * args.stop_after_hours
     for name in args.only or list(REPRODUCTIONS):
         compute, plot = REPRODUCTIONS[name]
         start = time.perf_counter()
-        compute(args.profile)
+        if deadline is not None and "deadline" in inspect.signature(compute).parameters:
+            compute(args.profile, deadline=deadline)  # type: ignore[call-arg]
+        else:
+            compute(args.profile)
         plot()
         print(f"{name}: done in {time.perf_counter() - start:.1f} s")
     return 0

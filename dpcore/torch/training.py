@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from dpcore.accountants import accountant_class
+from dpcore.atomic import atomic_path
 from dpcore.errors import InvalidParameterError, StateError, UnsupportedEventError
 from dpcore.torch.batches import Batch, batch_size, take
 from dpcore.torch.engines import make_engine
@@ -317,11 +318,9 @@ class DPTrainer:
         self.ledger = ledger
 
     def save_checkpoint(self, path: str | Path) -> None:
-        """Save :meth:`state_dict` with ``torch.save`` (written atomically)."""
-        target = Path(path)
-        temporary = target.with_suffix(target.suffix + ".tmp")
-        torch.save(self.state_dict(), temporary)
-        temporary.replace(target)
+        """Save :meth:`state_dict` with ``torch.save`` (written atomically, unique temporary)."""
+        with atomic_path(path) as temporary:
+            torch.save(self.state_dict(), temporary)
 
     def load_checkpoint(self, path: str | Path) -> None:
         """Resume from a file written by :meth:`save_checkpoint`."""

@@ -37,8 +37,6 @@ __all__ = [
     "TextAverage",
     "adult_mlp",
     "build_model",
-    "evaluate",
-    "expected_rating",
     "imdb_model",
     "mnist_cnn",
     "movielens_ncf",
@@ -146,16 +144,6 @@ def movielens_ncf(users: int = 6040, items: int = 3706) -> NeuralCF:
     return NeuralCF(users, items)
 
 
-def expected_rating(logits: torch.Tensor) -> torch.Tensor:
-    """Mean star rating under ``softmax(logits)``, ratings 1 ... K (K = number of logits).
-
-    >>> float(expected_rating(torch.tensor([[0.0, 0.0, 0.0, 0.0, 50.0]])))
-    5.0
-    """
-    stars = torch.arange(1, logits.shape[1] + 1, dtype=logits.dtype, device=logits.device)
-    return torch.softmax(logits, dim=1) @ stars
-
-
 def build_model(dataset: str, info: dict[str, int]) -> nn.Module:
     """The model of ``dataset``, sized from the data's ``info`` (vocabulary, width, id counts)."""
     if dataset == "mnist":
@@ -167,24 +155,3 @@ def build_model(dataset: str, info: dict[str, int]) -> nn.Module:
     if dataset == "movielens":
         return movielens_ncf(info["users"], info["items"])
     raise InvalidParameterError("dataset", "in ('mnist', 'imdb', 'adult', 'movielens')", dataset)
-
-
-def evaluate(model: nn.Module, metric: str, x: torch.Tensor, y: torch.Tensor, batch: int) -> float:
-    """``"accuracy"`` (argmax of the logits), or ``"rmse"`` of the expected star rating against
-    ``y + 1`` (targets are stars - 1; Sec. 5.4 reports the test RMSE), in batches of ``batch``."""
-    if metric not in ("accuracy", "rmse"):
-        raise InvalidParameterError("metric", "'accuracy' or 'rmse'", metric)
-    if len(x) == 0:
-        raise InvalidParameterError("x", "at least one test row", 0)
-    model.eval()
-    total = 0.0
-    with torch.no_grad():
-        for start in range(0, len(x), batch):
-            logits = model(x[start : start + batch])
-            target = y[start : start + batch]
-            if metric == "rmse":
-                total += float(((expected_rating(logits) - (target + 1)) ** 2).sum())
-            else:
-                total += float((logits.argmax(1) == target).sum())
-    mean = total / len(x)
-    return mean**0.5 if metric == "rmse" else mean

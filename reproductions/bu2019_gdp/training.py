@@ -16,11 +16,13 @@ the paper's 256/29,305); MovieLens-100K (80,000 training ratings) replaces ML-1M
 1,000, which keeps the paper's q = 0.0125, hence its mu per epoch, but puts ten times the paper's
 relative noise on the averaged gradient.
 
-Profiles: ``full`` runs every setting for the paper's epochs (resumable from checkpoints under
-``reproductions/checkpoints/bu2019_training/``); ``quick`` runs the first setting of each task
-for a few epochs (labelled "quick" in the table). :func:`compute` saves ``figures/
-bu2019_training.{json,csv}`` and ``figures/bu2019_training_<task>_privacy.json``; :func:`plot`
-(:mod:`~reproductions.bu2019_gdp.training_report`) draws from the saved JSON only.
+Profiles: ``full`` runs every setting for the paper's epochs (resumable from the run store under
+``reproductions/checkpoints/bu2019_training_full/``) and saves ``figures/bu2019_training_full.*``;
+``quick`` runs the first setting of each task for a few epochs and saves
+``figures/bu2019_training.*`` (labelled "quick" in the table). Each also saves
+``figures/<stem>_<task>_privacy.json``. A run stopped by a deadline is saved with the epochs it
+reached and says so. :func:`plot` (:mod:`~reproductions.bu2019_gdp.training_report`) draws from
+the saved JSON only.
 
 This module runs the computation; the profiles and data are in
 :mod:`~reproductions.bu2019_gdp.training_setup` and the training of one setting or baseline in
@@ -37,16 +39,20 @@ from typing import Any
 
 import torch
 
+from dpcore.atomic import atomic_write_text
 from dpcore.errors import InvalidParameterError
 from dpcore.events import dpsgd_event
+from dpcore.torch.training import DPTrainer
 from reproductions.bu2019_gdp import models
 from reproductions.bu2019_gdp.data import TaskData
 from reproductions.bu2019_gdp.settings import SETTINGS, Setting
 from reproductions.bu2019_gdp.training_runs import (
+    RunSpec,
+    code,
+    execute,
+    make_baseline,
     make_trainer,
     privacy_at,
-    train_baseline,
-    train_private,
 )
 from reproductions.bu2019_gdp.training_setup import (
     PAPER_NON_PRIVATE,
@@ -56,31 +62,93 @@ from reproductions.bu2019_gdp.training_setup import (
     TrainingConfig,
     epochs_run,
     load_task,
+    results_stem,
     sampling_probability,
     selected_settings,
 )
-from reproductions.common import FIGURES, ROOT, finite_or_none, save_results
+from reproductions.harness import Output, RunState, hardware_label
 
 __all__ = [
-    "CHECKPOINTS",
     "PAPER_NON_PRIVATE",
     "PRIVACY_UNITS",
     "PROFILES",
     "STEM",
+    "RunSpec",
     "TrainingConfig",
     "compute",
     "epochs_run",
+    "execute",
     "load_task",
+    "make_baseline",
     "make_trainer",
     "plot",
     "privacy_at",
+    "results_stem",
     "sampling_probability",
     "selected_settings",
-    "train_baseline",
-    "train_private",
 ]
 
-CHECKPOINTS = ROOT / "reproductions" / "checkpoints" / STEM
+
+def _status(state: RunState, epochs: int) -> str:
+    if state.done:
+        return "done"
+    reached = state.rows[-1]["epoch"] if state.rows else 0
+    return f"stopped at epoch {reached:g} of {epochs} (deadline)"
+
+
+def _private_summary(
+    setting: Setting,
+    spec: RunSpec,
+    state: RunState,
+    trainer: DPTrainer,
+    data: TaskData,
+    statements: dict[str, Any],
+) -> dict[str, Any]:
+    """The summary entry (and the privacy statement) of one private run."""
+    # The paper's schedule on the paper's data (comparable with its printed mu), and the paper's
+    # epochs on our data (what the full profile spends).
+    paper_event = dpsgd_event(
+        sampling_probability=setting.sampling_probability,
+        noise_multiplier=setting.noise_multiplier,
+        steps=setting.steps,
+    )
+    full_event = dpsgd_event(
+        sampling_probability=sampling_probability(setting),
+        noise_multiplier=setting.noise_multiplier,
+        steps=setting.epochs * trainer.sampler.steps_per_epoch,
+    )
+    parameters = models.parameter_count(trainer.model)
+    final: dict[str, Any] = {}
+    if trainer.steps_done > 0:
+        statement = trainer.privacy_statement(
+            delta=setting.delta,
+            accountants=("rdp", "pld", "gdp_clt"),
+            task=setting.dataset,
+            setting=setting.name,
+            model=f"{setting.model} ({parameters:,} parameters)",
+            optimizer=setting.optimizer,
+            learning_rate=setting.learning_rate,
+            privacy_unit=PRIVACY_UNITS[setting.dataset],
+        )
+        final = privacy_at(trainer.ledger.event(), setting.delta, rdp=True, pld=True)
+        statement["clt_mu"] = final["mu"]
+        statement["pld_interval"] = [final["epsilon_pld_lower"], final["epsilon_pld_upper"]]
+        statements[setting.name] = statement
+    return {
+        "task": setting.dataset,
+        "setting": dataclasses.asdict(setting),
+        "status": _status(state, spec.epochs),
+        "epochs_planned": spec.epochs,
+        "epochs_run": state.rows[-1]["epoch"] if state.rows else 0,
+        "lot_size_ours": trainer.sampler.expected_lot_size,
+        "dataset_size_ours": len(data.x_train),
+        "test_size_ours": len(data.x_test),
+        "parameters": parameters,
+        "test_metric": state.rows[-1]["test_metric"] if state.rows else None,
+        "privacy_run": final,
+        "privacy_paper_schedule": privacy_at(paper_event, setting.delta, rdp=False),
+        "privacy_paper_epochs_ours": privacy_at(full_event, setting.delta, rdp=False, pld=True),
+    }
 
 
 def compute(
@@ -89,104 +157,86 @@ def compute(
     config: TrainingConfig | None = None,
     loaders: dict[str, Callable[[], TaskData]] | None = None,
     catalogue: Sequence[Setting] = SETTINGS,
+    output: Output | None = None,
+    deadline: float | None = None,
 ) -> None:
     """Train every selected setting and each task's baseline; save results and statements.
 
     ``config``, ``loaders`` and ``catalogue`` replace the profile, the data loaders and
-    :data:`~reproductions.bu2019_gdp.settings.SETTINGS` (tests use tiny ones).
+    :data:`~reproductions.bu2019_gdp.settings.SETTINGS` (tests use tiny ones); ``output`` the
+    folders; ``deadline`` (a ``time.time()`` value) stops runs early, saved as stopped.
     """
     if config is None:
         if profile not in PROFILES:
             raise InvalidParameterError("profile", f"in {sorted(PROFILES)}", profile)
         config = PROFILES[profile]
+    output = output or Output()
+    stem = results_stem(config.profile)
+    store = output.store(stem) if config.checkpoint else None
+    fingerprint = code()
     settings = selected_settings(config, catalogue)
     wall = time.perf_counter()
     rows: list[dict[str, Any]] = []
     summary: dict[str, Any] = {}
-    FIGURES.mkdir(parents=True, exist_ok=True)
     for dataset in [d for d in PRIVACY_UNITS if any(s.dataset == d for s in settings)]:
         data = load_task(dataset, config, loaders)
         mine = [s for s in settings if s.dataset == dataset]
         statements: dict[str, Any] = {}
         for setting in mine:
-            slug = setting.name.lower().replace(" ", "_")
-            checkpoint = CHECKPOINTS / config.profile / slug if config.checkpoint else None
-            run_rows, trainer = train_private(setting, data, config, checkpoint)
-            rows += run_rows
-            # The paper's schedule on the paper's data (comparable with its printed mu), and
-            # the paper's epochs on our data (what the full profile spends).
-            paper_event = dpsgd_event(
-                sampling_probability=setting.sampling_probability,
-                noise_multiplier=setting.noise_multiplier,
-                steps=setting.steps,
+            spec = RunSpec(
+                setting=setting,
+                epochs=epochs_run(config, setting),
+                seed=config.seed,
+                train_subset=config.train_subset.get(dataset),
+                test_subset=config.test_subset.get(dataset),
+                eval_batch=config.eval_batch,
             )
-            full_event = dpsgd_event(
-                sampling_probability=sampling_probability(setting),
-                noise_multiplier=setting.noise_multiplier,
-                steps=setting.epochs * trainer.sampler.steps_per_epoch,
+            state, trainer = execute(spec, data, store, fingerprint=fingerprint, deadline=deadline)
+            assert isinstance(trainer, DPTrainer)
+            rows += state.rows
+            summary[setting.name] = _private_summary(
+                setting, spec, state, trainer, data, statements
             )
-            statement = trainer.privacy_statement(
-                delta=setting.delta,
-                accountants=("rdp", "pld", "gdp_clt"),
-                task=dataset,
-                setting=setting.name,
-                model=f"{setting.model} ({models.parameter_count(trainer.model):,} parameters)",
-                optimizer=setting.optimizer,
-                learning_rate=setting.learning_rate,
-                privacy_unit=PRIVACY_UNITS[dataset],
-            )
-            final = privacy_at(trainer.ledger.event(), setting.delta, rdp=False, pld=True)
-            final["epsilon_rdp"] = finite_or_none(float(statement["epsilon"]["rdp"]["epsilon"]))
-            statement["clt_mu"] = final["mu"]
-            statement["pld_interval"] = [final["epsilon_pld_lower"], final["epsilon_pld_upper"]]
-            statements[setting.name] = statement
-            summary[setting.name] = {
-                "task": dataset,
-                "setting": dataclasses.asdict(setting),
-                "epochs_run": run_rows[-1]["epoch"],
-                "lot_size_ours": trainer.sampler.expected_lot_size,
-                "dataset_size_ours": len(data.x_train),
-                "test_size_ours": len(data.x_test),
-                "parameters": models.parameter_count(trainer.model),
-                "test_metric": run_rows[-1]["test_metric"],
-                "privacy_run": final,
-                "privacy_paper_schedule": privacy_at(paper_event, setting.delta, rdp=False),
-                "privacy_paper_epochs_ours": privacy_at(
-                    full_event, setting.delta, rdp=False, pld=True
-                ),
-            }
-            print(f"{STEM} {setting.name}: {run_rows[-1]['test_metric']:.4f}", flush=True)
-        path = FIGURES / f"{STEM}_{dataset}_privacy.json"
-        path.write_text(json.dumps(statements, indent=2, sort_keys=True, default=str) + "\n")
+            print(f"{stem} {setting.name}: {summary[setting.name]['test_metric']}", flush=True)
+        text = json.dumps(statements, indent=2, sort_keys=True, default=str) + "\n"
+        atomic_write_text(output.path(f"{stem}_{dataset}_privacy.json"), text)
         if config.baseline:
-            epochs = max(epochs_run(config, s) for s in mine)
-            checkpoint = CHECKPOINTS / config.profile / f"{dataset}_baseline"
-            base = train_baseline(
-                dataset, mine[0], data, epochs, config, checkpoint if config.checkpoint else None
+            spec = RunSpec(
+                setting=mine[0],
+                epochs=max(epochs_run(config, s) for s in mine),
+                seed=config.seed,
+                private=False,
+                train_subset=config.train_subset.get(dataset),
+                test_subset=config.test_subset.get(dataset),
+                eval_batch=config.eval_batch,
             )
-            rows += base
+            state, _ = execute(spec, data, store, fingerprint=fingerprint, deadline=deadline)
+            rows += state.rows
             summary[f"{dataset}:non-private"] = {
                 "task": dataset,
-                "epochs_run": epochs,
-                "test_metric": base[-1]["test_metric"],
+                "status": _status(state, spec.epochs),
+                "epochs_planned": spec.epochs,
+                "epochs_run": state.rows[-1]["epoch"] if state.rows else 0,
+                "test_metric": state.rows[-1]["test_metric"] if state.rows else None,
                 "paper_metric": PAPER_NON_PRIVATE.get(dataset),
             }
-    save_results(
-        STEM,
+    output.save_results(
+        stem,
         config=config,
         rows=rows,
         extra={
             "seed": config.seed,
-            "hardware": f"{torch.get_num_threads()} torch threads, CPU",
+            "hardware": hardware_label("cpu"),
             "torch": torch.__version__,
+            "code_fingerprint": fingerprint,
             "wall_time_s": round(time.perf_counter() - wall, 1),
             "summary": summary,
         },
     )
 
 
-def plot() -> None:
-    """Figures and README table from the saved JSON (see :mod:`.training_report`)."""
+def plot(*, output: Output | None = None) -> None:
+    """Figures and README tables from the saved JSON (see :mod:`.training_report`)."""
     from reproductions.bu2019_gdp.training_report import plot as draw
 
-    draw()
+    draw(output=output)

@@ -1,12 +1,16 @@
 """Figures and the README table of :mod:`reproductions.bu2019_gdp.training`, from its JSON only.
 
-- ``figures/bu2019_training_accuracy.png``: test accuracy (RMSE for MovieLens) vs epoch, one
+Each profile's results (``bu2019_training`` quick, ``bu2019_training_full`` full) get their own
+figures and table:
+
+- ``figures/<stem>_accuracy.png``: test accuracy (RMSE for MovieLens) vs epoch, one
   panel per task, private settings and the non-private baseline; the paper's printed value as a
   star at the paper's epochs.
-- ``figures/bu2019_training_vs_mu.png``: the same metric vs the CLT's mu after each epoch; the
+- ``figures/<stem>_vs_mu.png``: the same metric vs the CLT's mu after each epoch; the
   paper's printed (mu, metric) pairs as stars.
 - The "paper vs ours" table between ``<!-- training-table:start -->`` and
-  ``<!-- training-table:end -->`` of the folder's README (left alone if a marker is missing).
+  ``<!-- training-table:end -->`` (quick; ``training-table-full`` for full) of the folder's README
+  (left alone if a marker is missing).
 """
 
 from __future__ import annotations
@@ -14,11 +18,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from reproductions.common import FIGURES, load_results, write_between_markers
+from reproductions.bu2019_gdp.training_setup import results_stem
+from reproductions.common import write_between_markers
+from reproductions.harness import Output
 
-STEM = "bu2019_training"
 README = Path(__file__).with_name("README.md")
-TABLE_START, TABLE_END = "<!-- training-table:start -->", "<!-- training-table:end -->"
+
+
+def markers(profile: str) -> tuple[str, str]:
+    """The README markers of a profile's table (``training-table`` or ``training-table-full``)."""
+    name = "training-table-full" if profile == "full" else "training-table"
+    return f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+
+
 TITLES = {"mnist": "MNIST", "imdb": "IMDb", "adult": "Adult", "movielens": "MovieLens-100K"}
 
 
@@ -39,14 +51,22 @@ def _ylabel(task: str) -> str:
     return "test RMSE (lower is better)" if task == "movielens" else "test accuracy"
 
 
-def plot() -> None:
-    """Draw both figures and rewrite the README table."""
+def plot(*, output: Output | None = None, readme: Path | None = None) -> None:
+    """Draw both figures and rewrite the README table of every profile with saved results."""
+    output = output or Output()
+    for profile in ("quick", "full"):
+        stem = results_stem(profile)
+        if output.has_results(stem):
+            _plot_profile(output, stem, readme or README)
+
+
+def _plot_profile(output: Output, stem: str, readme: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    data = load_results(STEM)
+    data = output.load_results(stem)
     rows, tasks = data["rows"], _tasks(data)
     label = data["config"]["profile"]
     for suffix, x_key in (("accuracy", "epoch"), ("vs_mu", "mu")):
@@ -67,8 +87,8 @@ def plot() -> None:
                     axis.plot(x_paper, paper["paper_metric"], "*", ms=11, color=line.get_color(),
                               label=f"{name} (paper)")  # fmt: skip
             baseline = data["summary"].get(f"{task}:non-private")
-            if baseline is not None:
-                ours = f"non-private, {baseline['epochs_run']} epochs (ours)"
+            if baseline is not None and baseline["test_metric"] is not None:
+                ours = f"non-private, {baseline['epochs_run']:g} epochs (ours)"
                 axis.axhline(baseline["test_metric"], color="grey", ls="--", lw=1, label=ours)
                 if baseline.get("paper_metric") is not None:
                     axis.axhline(baseline["paper_metric"], color="grey", ls=":", lw=1,
@@ -82,9 +102,9 @@ def plot() -> None:
             axis.set_visible(False)
         figure.suptitle(f"Bu et al. 2020, Sec. 5: DP training ({label} profile)", fontsize=10)
         figure.tight_layout()
-        figure.savefig(FIGURES / f"{STEM}_{suffix}.png", dpi=130)
+        figure.savefig(output.path(f"{stem}_{suffix}.png"), dpi=130)
         plt.close(figure)
-    write_between_markers(README, TABLE_START, TABLE_END, readme_table(data))
+    write_between_markers(readme, *markers(label), readme_table(data))
 
 
 def _num(value: float | None, digits: int = 2) -> str:
@@ -102,6 +122,9 @@ def readme_table(data: dict[str, Any]) -> str:
     config, summary = data["config"], data["summary"]
     profile = config["profile"]
     scope = " (few epochs, one setting per task)" if profile == "quick" else ""
+    stopped = [n for n, item in summary.items() if item.get("status", "done") != "done"]
+    if stopped:
+        scope += f"; not finished: {', '.join(stopped)} (see the epochs run)"
     lines = [
         f"Profile **{profile}**{scope}, seed {data['seed']}, commit `{data['commit'][:12]}`, "
         f"wall time {data['wall_time_s']:.0f} s ({data['hardware']}). mu and eps (CLT) are "
@@ -129,11 +152,11 @@ def readme_table(data: dict[str, Any]) -> str:
             lines.append(
                 f"| {TITLES[task]} | {name}: {s['noise_multiplier']:g}, {lot:.0f} "
                 f"({s['lot_size']}), {s['learning_rate']:g}, {s['max_grad_norm']:g}, "
-                f"{s['optimizer']} | {item['epochs_run']} ({s['epochs']}) "
+                f"{s['optimizer']} | {item['epochs_run']:g} ({s['epochs']}) "
                 f"| {_metric(item['test_metric'], task)} | {_metric(s['paper_metric'], task)} "
-                f"| {base_text} | {_num(run['mu'])} "
-                f"| {_num(run['epsilon_clt'])} | {_num(run['epsilon_rdp'])} "
-                f"| [{_num(run['epsilon_pld_lower'])}, {_num(run['epsilon_pld_upper'])}] "
+                f"| {base_text} | {_num(run.get('mu'))} "
+                f"| {_num(run.get('epsilon_clt'))} | {_num(run.get('epsilon_rdp'))} "
+                f"| [{_num(run.get('epsilon_pld_lower'))}, {_num(run.get('epsilon_pld_upper'))}] "
                 f"| {_num(paper['mu'])} ({_num(s['paper_mu_clt'])}) "
                 f"| {_num(paper['epsilon_clt'])} ({_num(s['paper_eps_clt'])}) "
                 f"| {s['delta']:g} | {', '.join(s['assumed']) or '-'} |"

@@ -17,6 +17,17 @@ from reproductions.bu2019_gdp.settings import SETTINGS, Setting
 
 STEM = "bu2019_training"
 
+
+def results_stem(profile: str) -> str:
+    """``bu2019_training`` for the quick profile (and tests), ``bu2019_training_full`` for full.
+
+    Example:
+        >>> results_stem("quick"), results_stem("full")
+        ('bu2019_training', 'bu2019_training_full')
+    """
+    return f"{STEM}_full" if profile == "full" else STEM
+
+
 #: Task order in tables and figures, with what one training record is (the privacy unit).
 PRIVACY_UNITS = {
     "mnist": "one image",

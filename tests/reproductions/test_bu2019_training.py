@@ -17,9 +17,10 @@ import torch
 import reproductions.common as common
 from dpcore.errors import InvalidParameterError
 from dpcore.torch.per_example.fast import fast_path_supports
-from reproductions.bu2019_gdp import data, models, training, training_report
+from reproductions.bu2019_gdp import data, models, training, training_report, training_runs
 from reproductions.bu2019_gdp.data import TaskData
 from reproductions.bu2019_gdp.settings import SETTINGS, Setting
+from reproductions.harness import Output, evaluate
 
 # ----------------------------------------------------------------------------- models
 
@@ -57,11 +58,11 @@ def test_evaluate_accuracy_and_rmse() -> None:
         linear.weight[4, 0] = 100.0  # x = (1, 0) -> 5 stars; x = (0, 1) -> uniform, 3 stars
     x = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
     y = torch.tensor([4, 0])  # true stars 5 and 1: errors 0 and 2
-    assert models.evaluate(linear, "rmse", x, y, batch=1) == pytest.approx(math.sqrt(2.0))
+    assert evaluate(linear, x, y, metric="rmse", batch=1) == pytest.approx(math.sqrt(2.0))
     # argmax: class 4, then class 0 (first of equal logits); one of the two labels is right
-    assert models.evaluate(linear, "accuracy", x, torch.tensor([4, 3]), batch=2) == 0.5
+    assert evaluate(linear, x, torch.tensor([4, 3]), metric="accuracy", batch=2) == 0.5
     with pytest.raises(InvalidParameterError):
-        models.evaluate(linear, "auc", x, y, batch=2)
+        evaluate(linear, x, y, metric="auc", batch=2)
     with pytest.raises(InvalidParameterError):
         models.build_model("cifar10", {})
 
@@ -205,35 +206,32 @@ TINY = training.TrainingConfig(
 
 
 @pytest.fixture
-def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Figures, README and checkpoints redirected into ``tmp_path``."""
-    for module in (common, training, training_report):
-        monkeypatch.setattr(module, "FIGURES", tmp_path)
-    monkeypatch.setattr(training, "CHECKPOINTS", tmp_path / "checkpoints")
+def sandbox(tmp_path: Path) -> Path:
+    """A README with the table's markers in ``tmp_path``; figures go to ``tmp_path/figures``."""
     readme = tmp_path / "README.md"
     readme.write_text("# x\n<!-- training-table:start -->\nold\n<!-- training-table:end -->\nend\n")
-    monkeypatch.setattr(training_report, "README", readme)
     return tmp_path
 
 
 def test_compute_and_plot_end_to_end(sandbox: Path) -> None:
-    training.compute(config=TINY, loaders=LOADERS, catalogue=CATALOGUE)
-    saved = json.loads((sandbox / f"{training.STEM}.json").read_text())
+    output = Output.under(sandbox)
+    training.compute(config=TINY, loaders=LOADERS, catalogue=CATALOGUE, output=output)
+    saved = output.load_results(training.STEM)
     rows, summary = saved["rows"], saved["summary"]
     assert len(rows) == 2 * 4  # one epoch per task, private and non-private
     q, sigma = 4 / 32, 1.0
     for setting in CATALOGUE:
         mine = [r for r in rows if r["setting"] == setting.name]
         for row in mine:  # Bu et al. Cor. 5: mu = q sqrt(T (e^{1/sigma^2} - 1)), T = 8 per epoch
-            assert row["steps"] == 8 * row["epoch"]
-            assert row["mu"] == pytest.approx(q * math.sqrt(row["steps"] * math.expm1(sigma**-2)))
+            assert row["step"] == 8 * row["epoch"]
+            assert row["mu"] == pytest.approx(q * math.sqrt(row["step"] * math.expm1(sigma**-2)))
             assert row["epsilon_rdp"] > 0 and row["epsilon_clt"] > 0
         item = summary[setting.name]
         run = item["privacy_run"]
         assert run["epsilon_pld_lower"] <= run["epsilon_pld_upper"] <= run["epsilon_rdp"] + 1e-9
         assert item["privacy_paper_epochs_ours"]["mu"] >= run["mu"]  # 3 paper epochs >= run
         statements = json.loads(
-            (sandbox / f"bu2019_training_{setting.dataset}_privacy.json").read_text()
+            output.path(f"bu2019_training_{setting.dataset}_privacy.json").read_text()
         )
         statement = statements[setting.name]
         assert statement["clt_mu"] == pytest.approx(mine[-1]["mu"])
@@ -246,9 +244,9 @@ def test_compute_and_plot_end_to_end(sandbox: Path) -> None:
     accuracy = [r["test_metric"] for r in rows if r["metric"] == "accuracy"]
     assert all(0.0 <= v <= 1.0 for v in accuracy)
 
-    training.plot()
+    training_report.plot(output=output, readme=sandbox / "README.md")
     for suffix in ("accuracy", "vs_mu"):
-        assert (sandbox / f"{training.STEM}_{suffix}.png").stat().st_size > 10_000
+        assert output.path(f"{training.STEM}_{suffix}.png").stat().st_size > 10_000
     readme = (sandbox / "README.md").read_text()
     assert "old" not in readme and readme.endswith("<!-- training-table:end -->\nend\n")
     assert "Profile **quick** (few epochs" in readme
@@ -267,31 +265,42 @@ def test_readme_left_alone_without_markers(tmp_path: Path) -> None:
     assert not common.write_between_markers(tmp_path / "absent.md", "a", "b", "t")
 
 
-class _InterruptedError(Exception):
+class _KilledError(Exception):
     pass
 
 
-def test_resume_matches_uninterrupted_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    setting, config = CATALOGUE[2], dataclasses.replace(TINY, epochs={"adult": 3})
+def test_a_killed_run_resumes_to_the_uninterrupted_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = training.RunSpec(setting=CATALOGUE[2], epochs=3, seed=0)
     task = LOADERS["adult"]()
-    reference, _ = training.train_private(setting, task, config, None)
-    evaluate, calls = models.evaluate, {"n": 0}
+    reference, _ = training.execute(spec, task, None)
+    store = tmp_path / "runs"
+    evaluate, calls = training_runs.evaluate, {"n": 0}
 
-    def failing(*args: object, **kwargs: object) -> float:
+    def killed_at_second_evaluation(*args: object, **kwargs: object) -> float:
         calls["n"] += 1
         if calls["n"] == 2:
-            raise _InterruptedError
+            raise _KilledError
         return evaluate(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(models, "evaluate", failing)
-    stem = tmp_path / "adult"
-    with pytest.raises(_InterruptedError):
-        training.train_private(setting, task, config, stem)
-    assert len(json.loads(stem.with_suffix(".json").read_text())["rows"]) == 1
-    resumed, trainer = training.train_private(setting, task, config, stem)
-    assert trainer.steps_done == 24
-    assert [r["test_metric"] for r in resumed] == [r["test_metric"] for r in reference]
-    assert [r["mu"] for r in resumed] == [r["mu"] for r in reference]
+    monkeypatch.setattr(training_runs, "evaluate", killed_at_second_evaluation)
+    with pytest.raises(_KilledError):
+        training.execute(spec, task, store)
+    (folder,) = store.iterdir()
+    saved = json.loads((folder / "state.json").read_text())
+    assert len(saved["rows"]) == 1 and not saved["done"]
+    assert sorted(p.name for p in folder.iterdir()) == ["checkpoint-8.pt", "state.json"]
+    monkeypatch.setattr(training_runs, "evaluate", evaluate)
+    resumed, trainer = training.execute(spec, task, store)
+    assert resumed.done and trainer.steps_done == 24
+    assert [r["test_metric"] for r in resumed.rows] == [r["test_metric"] for r in reference.rows]
+    assert [r["mu"] for r in resumed.rows] == [r["mu"] for r in reference.rows]
+    # finished: read back without training; another code fingerprint starts afresh
+    again, _ = training.execute(spec, task, store)
+    assert again.rows == resumed.rows
+    fresh, _ = training.execute(spec, task, store, fingerprint="other", deadline=0.0)
+    assert fresh.rows == [] and not fresh.done
 
 
 def test_bad_inputs() -> None:

@@ -1,0 +1,37 @@
+"""The reproduction harness: one run store, one training loop, one evaluator, one output context.
+
+Every reproduction describes a run by a frozen spec, executes it with :func:`run_training` over a
+:class:`Trainable` (a DP trainer or :class:`NonPrivateTrainer`) into a :class:`RunState` under
+its :class:`Output`, and saves results with :meth:`Output.save_results`. Privacy numbers come
+from :func:`dpcore.accountants.report.epsilon_report`.
+"""
+
+from reproductions.harness.fanout import Executor, run_many
+from reproductions.harness.output import ROOT, Output
+from reproductions.harness.store import RunState, spec_json, spec_key
+from reproductions.harness.training import (
+    NonPrivateTrainer,
+    Trainable,
+    cpu_settings,
+    evaluate,
+    expected_rating,
+    hardware_label,
+    run_training,
+)
+
+__all__ = [
+    "ROOT",
+    "Executor",
+    "NonPrivateTrainer",
+    "Output",
+    "RunState",
+    "Trainable",
+    "cpu_settings",
+    "evaluate",
+    "expected_rating",
+    "hardware_label",
+    "run_many",
+    "run_training",
+    "spec_json",
+    "spec_key",
+]

@@ -1,0 +1,89 @@
+"""Where a reproduction writes: an :class:`Output` passed in, never a module global.
+
+``Output()`` is the repository's ``figures/`` (results, CSV, figures) and
+``reproductions/checkpoints/`` (the run store, git-ignored); tests pass ``Output(tmp_path)``.
+Results files carry their config and provenance (git commit, versions) beside the rows.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from dpcore.atomic import atomic_write_text
+from dpcore.provenance import provenance
+
+__all__ = ["ROOT", "Output"]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclasses.dataclass(frozen=True)
+class Output:
+    """The folders of one reproduction run: ``figures`` and the run store ``runs``.
+
+    Example:
+        >>> import tempfile
+        >>> out = Output.under(Path(tempfile.mkdtemp()))
+        >>> path = out.save_results("demo", config={"n": 1}, rows=[{"x": 1}])
+        >>> out.load_results("demo")["rows"], path.name
+        ([{'x': 1}], 'demo.json')
+    """
+
+    figures: Path = ROOT / "figures"
+    runs: Path = ROOT / "reproductions" / "checkpoints"
+
+    @classmethod
+    def under(cls, folder: Path) -> Output:
+        """``folder/figures`` and ``folder/runs`` (for tests and scratch runs)."""
+        return cls(figures=folder / "figures", runs=folder / "runs")
+
+    def path(self, name: str) -> Path:
+        """``figures/<name>`` (the folder is created)."""
+        self.figures.mkdir(parents=True, exist_ok=True)
+        return self.figures / name
+
+    def store(self, stem: str) -> Path:
+        """The run-store folder of one reproduction: ``runs/<stem>``."""
+        return self.runs / stem
+
+    def save_results(
+        self,
+        stem: str,
+        *,
+        config: Any,
+        rows: Sequence[dict[str, Any]],
+        extra: dict[str, Any] | None = None,
+    ) -> Path:
+        """Write ``<stem>.json`` (config, provenance, extra, rows) and ``<stem>.csv``."""
+        payload = {
+            "config": dataclasses.asdict(config) if dataclasses.is_dataclass(config) else config,
+            **provenance(root=ROOT, **(extra or {})),
+            "rows": list(rows),
+        }
+        path = self.path(f"{stem}.json")
+        atomic_write_text(path, json.dumps(payload, indent=1, allow_nan=False) + "\n")
+        if rows:
+            fields: list[str] = []
+            for row in rows:
+                fields += [key for key in row if key not in fields]
+            text = io.StringIO()
+            writer = csv.DictWriter(text, fieldnames=fields, lineterminator="\n")
+            writer.writeheader()
+            writer.writerows(rows)
+            atomic_write_text(self.path(f"{stem}.csv"), text.getvalue())
+        return path
+
+    def load_results(self, stem: str) -> dict[str, Any]:
+        """Read what :meth:`save_results` wrote."""
+        loaded: dict[str, Any] = json.loads((self.figures / f"{stem}.json").read_text())
+        return loaded
+
+    def has_results(self, stem: str) -> bool:
+        """Whether ``<stem>.json`` exists."""
+        return (self.figures / f"{stem}.json").is_file()
