@@ -11,33 +11,35 @@ assumption, stated in the README). Lots are Poisson (q = 256 / 60,000).
 Privacy per method (the events are the same for every seed): the tight PLD interval for DP-SGD
 and the JL accountant's interval (Lemma 4.1 / Thm 4.1 of the paper, computed by
 :class:`dpcore.accountants.JlAccountant`) for DP-SGD-JL, for the steps run and for the full
-60-epoch schedule. :func:`compute` trains every method for several seeds and saves
-``figures/bu2021_jl_accuracy.{json,csv}`` and one privacy statement per method; the full profile
-is resumable from ``reproductions/checkpoints/bu2021_jl_accuracy/``. :func:`plot` draws mean and
-min/max band per method from the saved JSON only.
+60-epoch schedule. :func:`compute` trains every method for several seeds (seed by seed, so a run
+stopped early has the same seeds of every method) and saves ``figures/<stem>.{json,csv}`` and one
+privacy statement per method (stem ``bu2021_jl_accuracy``, ``bu2021_jl_accuracy_full`` for the
+full profile, whose runs resume from the run store). :func:`plot` draws mean and min/max band per
+method from the saved JSON only.
 
 This module runs the computation; the profiles, data and trainers are in
 :mod:`~reproductions.bu2021_jl.accuracy_setup`, the figure and README table in
-:mod:`~reproductions.bu2021_jl.accuracy_report`, and the training loop and epsilon intervals it
-shares with the summary in :mod:`~reproductions.bu2021_jl.training_loop` and
-:mod:`~reproductions.bu2021_jl.privacy_intervals` (all re-exported here).
+:mod:`~reproductions.bu2021_jl.accuracy_report`, and the epsilon intervals it shares with the
+summary in :mod:`~reproductions.bu2021_jl.privacy_intervals`; the training loop is the harness's
+(:mod:`reproductions.harness`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from dpcore.atomic import atomic_write_text
 from dpcore.errors import InvalidParameterError
+from dpcore.torch.training import DPTrainer
 from reproductions.bu2021_jl import config as paper
 from reproductions.bu2021_jl.accuracy_report import (
-    TABLE_END,
-    TABLE_START,
+    markers,
     plot,
     profile_label,
     readme_table,
@@ -50,57 +52,107 @@ from reproductions.bu2021_jl.accuracy_setup import (
     load_data,
     make_trainer,
     methods,
+    results_stem,
     spread,
     steps_per_epoch,
 )
-from reproductions.bu2021_jl.config import CHECKPOINTS as CHECKPOINT_ROOT
 from reproductions.bu2021_jl.privacy_intervals import (
     epsilon_interval,
     fmt_interval,
     method_privacy,
     step_event,
 )
-from reproductions.bu2021_jl.training_loop import (
-    Trainable,
+from reproductions.common import code_fingerprint
+from reproductions.harness import (
+    Output,
+    RunState,
     cpu_settings,
     evaluate,
     hardware_label,
     run_training,
 )
-from reproductions.common import FIGURES, save_results
 
 __all__ = [
-    "CHECKPOINTS",
+    "CODE_MODULES",
     "PROFILES",
     "STEM",
-    "TABLE_END",
-    "TABLE_START",
     "AccuracyConfig",
     "Data",
-    "Trainable",
     "compute",
-    "cpu_settings",
     "epsilon_interval",
-    "evaluate",
+    "execute",
     "fmt_interval",
     "load_data",
     "make_trainer",
+    "markers",
     "method_privacy",
     "methods",
     "plot",
     "profile_label",
     "readme_table",
-    "run_training",
+    "results_stem",
+    "run_spec",
     "spread",
     "step_event",
     "steps_per_epoch",
 ]
 
-CHECKPOINTS = CHECKPOINT_ROOT / STEM
+#: The code a run's result depends on: a change here starts its runs afresh.
+CODE_MODULES = (
+    "dpcore.torch",
+    "reproductions.harness",
+    "reproductions.bu2021_jl.accuracy_setup",
+)
 
 
 def _slug(label: str) -> str:
     return label.lower().replace(" ", "_").replace("=", "")
+
+
+def run_spec(config: AccuracyConfig, r: int | None, seed: int) -> dict[str, Any]:
+    """What one run's result depends on (not the profile's seed list or other methods)."""
+    return {
+        "figure": "bu2021 Fig. 4",
+        "r": r,
+        "seed": seed,
+        "steps": config.steps,
+        "eval_every": config.eval_every,
+        "dataset_size": config.dataset_size,
+        "lot_size": config.lot_size,
+        "learning_rate": config.learning_rate,
+        "noise_multiplier": config.noise_multiplier,
+        "max_grad_norm": config.max_grad_norm,
+        "test_size": config.test_size,
+    }
+
+
+def execute(
+    config: AccuracyConfig,
+    label: str,
+    r: int | None,
+    seed: int,
+    data: Data,
+    store: Path | None,
+    *,
+    fingerprint: str,
+    deadline: float | None = None,
+) -> tuple[RunState, DPTrainer]:
+    """One method and seed, resumable from ``store``; a row per evaluation."""
+    x_train, y_train, x_test, y_test = data
+    trainer = make_trainer(config, r, seed, x_train, y_train)
+    state = RunState.open(store, run_spec(config, r, seed), fingerprint)
+    run_training(
+        trainer,
+        state,
+        steps=config.steps,
+        eval_every=config.eval_every,
+        per_epoch=steps_per_epoch(config),
+        measure=lambda current: {"test_accuracy": evaluate(current.model, x_test, y_test)},
+        row={"method": label, "r": r, "seed": seed},
+        deadline=deadline,
+        label=f"{STEM} {label} seed {seed}",
+    )
+    return state, trainer
 
 
 def compute(
@@ -108,51 +160,57 @@ def compute(
     *,
     data_loader: Callable[[AccuracyConfig], Data] | None = None,
     config: AccuracyConfig | None = None,
+    output: Output | None = None,
+    deadline: float | None = None,
 ) -> None:
-    """Train every method for every seed; save rows, per-method summary and privacy statements."""
-    config = config or PROFILES[profile]
+    """Train every method for every seed; save rows, per-method summary and privacy statements.
+
+    ``deadline`` (a ``time.time()`` value) stops the runs early; the results then say how far
+    each got (``status``), and a later call resumes them.
+    """
+    if config is None:
+        if profile not in PROFILES:
+            raise InvalidParameterError("profile", f"in {sorted(PROFILES)}", profile)
+        config = PROFILES[profile]
     device = torch.device(paper.default_device())  # CUDA when present (or $DPCORE_DEVICE)
     data = tuple(part.to(device) for part in (data_loader or load_data)(config))
     with cpu_settings(config.threads):
-        _compute(config, data)  # type: ignore[arg-type]
+        _compute(config, data, output or Output(), deadline)  # type: ignore[arg-type]
 
 
-def _compute(config: AccuracyConfig, data: Data) -> None:
-    x_train, y_train, x_test, y_test = data
+def _compute(config: AccuracyConfig, data: Data, output: Output, deadline: float | None) -> None:
+    x_train = data[0]
     if len(x_train) != config.dataset_size:
         raise InvalidParameterError("dataset_size", f"to equal {len(x_train)}", config.dataset_size)
+    stem = results_stem(config.profile)
+    store = output.store(stem) if config.checkpoint else None
+    fingerprint = code_fingerprint(*CODE_MODULES)
     wall = time.perf_counter()
+    runs: dict[str, list[tuple[int, RunState, DPTrainer]]] = {
+        label: [] for label, _ in methods(config)
+    }
+    for seed in config.seeds:  # seed by seed: a run stopped early is balanced over methods
+        for label, r in methods(config):
+            state, trainer = execute(
+                config, label, r, seed, data, store, fingerprint=fingerprint, deadline=deadline
+            )
+            runs[label].append((seed, state, trainer))
     rows: list[dict[str, Any]] = []
     summary: dict[str, Any] = {}
-    FIGURES.mkdir(parents=True, exist_ok=True)
     for label, r in methods(config):
-        finals, seconds = [], []
-        statement: dict[str, Any] | None = None
-        for seed in config.seeds:
-            trainer = make_trainer(config, r, seed, x_train, y_train)
-            stem = CHECKPOINTS / config.profile / f"{_slug(label)}_seed{seed}"
-            result = run_training(
-                trainer,
-                (x_test, y_test),
-                steps=config.steps,
-                eval_every=config.eval_every,
-                per_epoch=steps_per_epoch(config),
-                fingerprint={"config": dataclasses.asdict(config), "method": label, "seed": seed},
-                checkpoint=stem if config.checkpoint else None,
-                row={"method": label, "r": r, "seed": seed},
+        done = [(seed, state, trainer) for seed, state, trainer in runs[label] if state.done]
+        for _, state, _ in runs[label]:
+            rows += state.rows
+        statement: dict[str, Any] = {}
+        if done:
+            trainer = done[0][2]
+            statement = trainer.privacy_statement(
+                delta=config.delta,
+                accountants=() if r is not None else ("rdp", "pld"),
+                model="tf_privacy_mnist_cnn (26,010 parameters)",
+                method=label,
+                steps_planned=config.steps,
             )
-            rows += result["rows"]
-            finals.append(result["rows"][-1]["test_accuracy"])
-            seconds.append(result["train_seconds"] / config.steps)
-            if statement is None:
-                statement = trainer.privacy_statement(
-                    delta=config.delta,
-                    accountants=() if r is not None else ("rdp", "pld"),
-                    model="tf_privacy_mnist_cnn (26,010 parameters)",
-                    method=label,
-                    steps_planned=config.steps,
-                )
-        assert statement is not None
         privacy = method_privacy(
             step_event(config.lot_size / config.dataset_size, config.noise_multiplier, r),
             jl=r is not None,
@@ -160,28 +218,42 @@ def _compute(config: AccuracyConfig, data: Data) -> None:
             paper_steps=config.paper_epochs * steps_per_epoch(config),
             delta=config.delta,
             jl_bins=config.jl_bins,
-            run_event=trainer.ledger.event() if trainer.steps_done == config.steps else None,
+            run_event=done[0][2].ledger.event() if done else None,
         )
         statement["epsilon_interval"] = privacy
-        path = FIGURES / f"{STEM}_{_slug(label)}_privacy.json"
-        path.write_text(json.dumps(statement, indent=2, sort_keys=True, default=str) + "\n")
+        name = f"{stem}_{_slug(label)}_privacy.json"
+        text = json.dumps(statement, indent=2, sort_keys=True, default=str) + "\n"
+        atomic_write_text(output.path(name), text)
+        unfinished = {
+            seed: state.rows[-1]["epoch"] if state.rows else 0
+            for seed, state, _ in runs[label]
+            if not state.done
+        }
         summary[label] = {
             "r": r,
-            "final_accuracy": spread(finals),
-            "seconds_per_step": spread(seconds),
+            "seeds_done": [seed for seed, _, _ in done],
+            "unfinished": {str(seed): epoch for seed, epoch in unfinished.items()},
+            "final_accuracy": (
+                spread([state.rows[-1]["test_accuracy"] for _, state, _ in done]) if done else None
+            ),
+            "seconds_per_step": (
+                spread([state.seconds / config.steps for _, state, _ in done]) if done else None
+            ),
             "privacy": privacy,
-            "privacy_statement": path.name,
+            "privacy_statement": name,
         }
         acc = summary[label]["final_accuracy"]
-        print(f"{STEM} {label}: {acc['mean']:.4f} [{acc['min']:.4f}, {acc['max']:.4f}]", flush=True)
-    save_results(
-        STEM,
+        if acc is not None:
+            print(f"{stem} {label}: {acc['mean']:.4f} [{acc['min']:.4f}, {acc['max']:.4f}]")
+    output.save_results(
+        stem,
         config=config,
         rows=rows,
         extra={
             "seeds": list(config.seeds),
             "hardware": hardware_label(x_train.device),
             "torch": torch.__version__,
+            "code_fingerprint": fingerprint,
             "wall_time_s": round(time.perf_counter() - wall, 1),
             "steps_per_epoch": steps_per_epoch(config),
             "summary": summary,

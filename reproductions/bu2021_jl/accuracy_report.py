@@ -1,24 +1,31 @@
 """Figure and README table of :mod:`reproductions.bu2021_jl.accuracy` (Bu et al. 2021, Fig. 4).
 
-Made from the saved results only (``figures/bu2021_jl_accuracy.json``): the figure
-``figures/bu2021_jl_accuracy.png`` and the table between ``<!-- accuracy-table:start -->`` and
-``<!-- accuracy-table:end -->`` of the folder's README.
+Made from the saved results only, per profile (``figures/bu2021_jl_accuracy.json`` quick,
+``figures/bu2021_jl_accuracy_full.json`` full): the figure ``figures/<stem>.png`` and the table
+between ``<!-- accuracy-table:start -->`` and ``<!-- accuracy-table:end -->``
+(``accuracy-table-full`` for full) of the folder's README.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from reproductions.bu2021_jl.accuracy_setup import STEM, spread
+from reproductions.bu2021_jl.accuracy_setup import results_stem, spread
 from reproductions.bu2021_jl.config import README
 from reproductions.bu2021_jl.privacy_intervals import fmt_interval
-from reproductions.common import FIGURES, load_results, write_between_markers
+from reproductions.common import write_between_markers
+from reproductions.harness import Output
 
-TABLE_START, TABLE_END = "<!-- accuracy-table:start -->", "<!-- accuracy-table:end -->"
+
+def markers(profile: str) -> tuple[str, str]:
+    """README markers of a profile's table (``accuracy-table`` or ``accuracy-table-full``)."""
+    name = "accuracy-table-full" if profile == "full" else "accuracy-table"
+    return f"<!-- {name}:start -->", f"<!-- {name}:end -->"
 
 
 def profile_label(data: dict[str, Any]) -> str:
-    """E.g. ``quick: 100 steps (0.43 epochs), 2 seeds`` -- says how far from the paper a run is."""
+    """E.g. ``quick: 100 steps (0.43 epochs of 60), 2 seeds`` -- how far from the paper a run is."""
     config = data["config"]
     epochs = config["steps"] / data["steps_per_epoch"]
     return (
@@ -27,18 +34,40 @@ def profile_label(data: dict[str, Any]) -> str:
     )
 
 
-def plot() -> None:
-    """figures/bu2021_jl_accuracy.png: mean test accuracy vs epoch, min/max band per method."""
+def _seeds_text(item: dict[str, Any]) -> str:
+    done = item.get("seeds_done")
+    unfinished = item.get("unfinished") or {}
+    text = "" if done is None else f"{len(done)} seed(s) done"
+    if unfinished:
+        reached = ", ".join(f"seed {s} at epoch {e:g}" for s, e in unfinished.items())
+        text += f"; stopped: {reached}"
+    return text
+
+
+def plot(*, output: Output | None = None, readme: Path | None = None) -> None:
+    """``<stem>.png``: mean test accuracy vs epoch, min/max band per method; README tables."""
+    output = output or Output()
+    for profile in ("quick", "full"):
+        if output.has_results(results_stem(profile)):
+            _plot_profile(output, results_stem(profile), readme or README)
+
+
+def _plot_profile(output: Output, stem: str, readme: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    data = load_results(STEM)
+    data = output.load_results(stem)
     rows, summary = data["rows"], data["summary"]
     figure, axis = plt.subplots(figsize=(6.4, 4.2))
     for label, item in summary.items():
+        done = item.get("seeds_done")
         mine = [row for row in rows if row["method"] == label]
+        if done is not None:
+            mine = [row for row in mine if row["seed"] in done]
+        if not mine:
+            continue
         epochs = sorted({row["epoch"] for row in mine})
         per_epoch = [[row["test_accuracy"] for row in mine if row["epoch"] == e] for e in epochs]
         bands = [spread(values) for values in per_epoch]
@@ -67,9 +96,9 @@ def plot() -> None:
         fontsize=8,
     )
     figure.tight_layout()
-    figure.savefig(FIGURES / f"{STEM}.png", dpi=150)
+    figure.savefig(output.path(f"{stem}.png"), dpi=150)
     plt.close(figure)
-    write_between_markers(README, TABLE_START, TABLE_END, readme_table(data))
+    write_between_markers(readme, *markers(config["profile"]), readme_table(data))
 
 
 def readme_table(data: dict[str, Any]) -> str:
@@ -87,18 +116,30 @@ def readme_table(data: dict[str, Any]) -> str:
         f"DP-SGD, the JL accountant ({config['jl_bins']} shift-law bins) for DP-SGD-JL; it "
         "bounds the worst case of the paper's Thm 4.1 (gradient norm -> infinity, clipped norm "
         "C sqrt(r/X), X ~ chi2_r), whose heavy tail makes r = 1 and 3 far less private than "
-        "exact DP-SGD at the same sigma. A quick run covers a fraction of an epoch, so its "
-        "accuracies are far below converged values.",
+        "exact DP-SGD at the same sigma."
+        + (
+            " The quick profile covers a fraction of the paper's epochs, so its accuracies are "
+            "below converged values."
+            if config["profile"] == "quick"
+            else ""
+        ),
         "",
         f"| method | test acc. mean [min, max] | paper | eps after {config['steps']} steps "
-        f"| eps after {config['paper_epochs']} epochs | s / step |",
-        "|---|---|---|---|---|---|",
+        f"| eps after {config['paper_epochs']} epochs | s / step | seeds |",
+        "|---|---|---|---|---|---|---|",
     ]
     for label, item in data["summary"].items():
         acc, speed = item["final_accuracy"], item["seconds_per_step"]
+        accuracy = (
+            "not finished"
+            if acc is None
+            else (f"{acc['mean']:.3f} [{acc['min']:.3f}, {acc['max']:.3f}]")
+        )
+        seconds = "n/a" if speed is None else f"{speed['mean']:.3f}"
         lines.append(
-            f"| {label} | {acc['mean']:.3f} [{acc['min']:.3f}, {acc['max']:.3f}] | n/a "
+            f"| {label} | {accuracy} | n/a "
             f"| {fmt_interval(item['privacy']['run'])} "
-            f"| {fmt_interval(item['privacy']['paper_schedule'])} | {speed['mean']:.3f} |"
+            f"| {fmt_interval(item['privacy']['paper_schedule'])} | {seconds} "
+            f"| {_seeds_text(item)} |"
         )
     return "\n".join(lines)
