@@ -22,7 +22,6 @@ This module runs the computation; the profiles, methods, data and trainers are i
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -30,14 +29,15 @@ from typing import Any
 
 import torch
 
+from dpcore.atomic import atomic_write_text
+from dpcore.errors import InvalidParameterError
 from dpcore.torch.training import DPTrainer
 from reproductions.bu2021_jl import config as paper
 from reproductions.bu2021_jl.privacy_intervals import method_privacy, step_event
 from reproductions.bu2021_jl.summary_report import (
     SPEED_MISSING,
     SPEED_STEM,
-    TABLE_END,
-    TABLE_START,
+    markers,
     plot,
     profile_label,
     readme_table,
@@ -48,38 +48,54 @@ from reproductions.bu2021_jl.summary_setup import (
     STEM,
     Data,
     Method,
-    NonPrivateAdam,
     SummaryConfig,
     load_data,
     make_trainer,
     methods,
 )
-from reproductions.bu2021_jl.training_loop import cpu_settings, hardware_label, run_training
-from reproductions.common import FIGURES, save_results
+from reproductions.common import code_fingerprint
+from reproductions.harness import (
+    Output,
+    RunState,
+    cpu_settings,
+    evaluate,
+    hardware_label,
+    run_training,
+)
 
 __all__ = [
     "CHECKPOINTS",
+    "CODE_MODULES",
     "PROFILES",
     "SPEED_MISSING",
     "SPEED_STEM",
     "STEM",
-    "TABLE_END",
-    "TABLE_START",
     "Data",
     "Method",
-    "NonPrivateAdam",
     "SummaryConfig",
     "compute",
     "load_data",
     "make_trainer",
+    "markers",
     "methods",
     "plot",
     "profile_label",
     "readme_table",
+    "results_stem",
     "speed_rows",
 ]
 
-CHECKPOINTS = paper.CHECKPOINTS / STEM
+#: The code a run's result depends on: a change here starts its runs afresh.
+CODE_MODULES = (
+    "dpcore.torch",
+    "reproductions.harness",
+    "reproductions.bu2021_jl.summary_setup",
+)
+
+
+def results_stem(profile: str) -> str:
+    """``bu2021_jl_summary`` (quick, tests) or ``bu2021_jl_summary_full`` (full profile)."""
+    return f"{STEM}_full" if profile == "full" else STEM
 
 
 def compute(
@@ -87,40 +103,68 @@ def compute(
     *,
     data_loader: Callable[[SummaryConfig], Data] | None = None,
     config: SummaryConfig | None = None,
+    output: Output | None = None,
+    deadline: float | None = None,
 ) -> None:
     """Train every method for ``config.steps`` steps; save accuracy, epsilon and statements.
 
     Denormal floats are flushed to zero while training (as in the timing of Table 2): the LSTM
     backward on CPU is several times slower on them.
     """
-    config = config or PROFILES[profile]
+    if config is None:
+        if profile not in PROFILES:
+            raise InvalidParameterError("profile", f"in {sorted(PROFILES)}", profile)
+        config = PROFILES[profile]
     device = torch.device(paper.default_device())  # CUDA when present (or $DPCORE_DEVICE)
     data = tuple(part.to(device) for part in (data_loader or load_data)(config))
     with cpu_settings(config.threads, flush_denormal=True):
-        _compute(config, data)  # type: ignore[arg-type]
+        _compute(config, data, output or Output(), deadline)  # type: ignore[arg-type]
 
 
-def _compute(config: SummaryConfig, data: Data) -> None:
+def _run_spec(config: SummaryConfig, key: str, r: int | None) -> dict[str, Any]:
+    """What one method's run depends on (not the other methods of the profile)."""
+    return {
+        "figure": "bu2021 Fig. 1 summary",
+        "method": key,
+        "r": r,
+        "seed": config.seed,
+        "steps": config.steps,
+        "eval_every": config.eval_every,
+        "lot_size": config.lot_size,
+        "learning_rate": config.learning_rate,
+        "noise_multiplier": config.noise_multiplier,
+        "max_grad_norm": config.max_grad_norm,
+        "test_size": config.test_size,
+    }
+
+
+def _compute(config: SummaryConfig, data: Data, output: Output, deadline: float | None) -> None:
     x_train, y_train, x_test, y_test = data
     wall = time.perf_counter()
     per_epoch = max(1, round(len(x_train) / config.lot_size))
     q = config.lot_size / len(x_train)
+    stem = results_stem(config.profile)
+    store = output.store(stem) if config.checkpoint else None
+    fingerprint = code_fingerprint(*CODE_MODULES)
     rows: list[dict[str, Any]] = []
-    FIGURES.mkdir(parents=True, exist_ok=True)
     for method in methods(config):
         label, key, r = method
         trainer = make_trainer(config, method, x_train, y_train)
-        fingerprint = {"config": dataclasses.asdict(config), "method": label}
-        result = run_training(
+        state = RunState.open(store, _run_spec(config, key, r), fingerprint)
+        run_training(
             trainer,
-            (x_test, y_test),
+            state,
             steps=config.steps,
             eval_every=config.eval_every,
             per_epoch=per_epoch,
-            fingerprint=fingerprint,
-            checkpoint=CHECKPOINTS / config.profile / f"{key}_r{r}" if config.checkpoint else None,
+            measure=lambda t: {"test_accuracy": evaluate(t.model, x_test, y_test)},
             row={"method": label, "key": key, "r": r},
+            deadline=deadline,
+            label=f"{stem} {label}",
         )
+        if not state.rows:
+            rows.append({"method": label, "key": key, "r": r, "status": "not started"})
+            continue
         privacy = None
         statement = None
         if isinstance(trainer, DPTrainer):
@@ -133,7 +177,7 @@ def _compute(config: SummaryConfig, data: Data) -> None:
                 ),
                 delta=config.delta,
                 jl_bins=config.jl_bins,
-                run_event=trainer.ledger.event() if trainer.steps_done == config.steps else None,
+                run_event=trainer.ledger.event() if state.done else None,
             )
             record = trainer.privacy_statement(
                 delta=config.delta,
@@ -142,15 +186,15 @@ def _compute(config: SummaryConfig, data: Data) -> None:
                 method=label,
             )
             record["epsilon_interval"] = privacy
-            statement = f"{STEM}_{key}{'' if r is None else r}_privacy.json"
-            (FIGURES / statement).write_text(
-                json.dumps(record, indent=2, sort_keys=True, default=str) + "\n"
-            )
-        final = result["rows"][-1]
+            statement = f"{stem}_{key}{'' if r is None else r}_privacy.json"
+            text = json.dumps(record, indent=2, sort_keys=True, default=str) + "\n"
+            atomic_write_text(output.path(statement), text)
+        final = state.rows[-1]
         rows.append(
             {
                 **final,
-                "train_seconds_per_step": result["train_seconds"] / config.steps,
+                "status": "done" if state.done else f"stopped at step {final['step']}",
+                "train_seconds_per_step": state.seconds / final["step"],
                 "epsilon_run_lower": None if privacy is None else privacy["run"]["lower"],
                 "epsilon_run_upper": None if privacy is None else privacy["run"]["upper"],
                 "privacy": privacy,
@@ -158,14 +202,15 @@ def _compute(config: SummaryConfig, data: Data) -> None:
             }
         )
         print(f"{STEM} {label}: accuracy {final['test_accuracy']:.4f}", flush=True)
-    save_results(
-        STEM,
+    output.save_results(
+        stem,
         config=config,
         rows=rows,
         extra={
             "seed": config.seed,
             "hardware": hardware_label(x_train.device),
             "torch": torch.__version__,
+            "code_fingerprint": fingerprint,
             "wall_time_s": round(time.perf_counter() - wall, 1),
             "steps_per_epoch": per_epoch,
             "test_examples": len(x_test),

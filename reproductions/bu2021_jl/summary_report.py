@@ -9,27 +9,35 @@ folder's README.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from reproductions.bu2021_jl import config as paper
 from reproductions.bu2021_jl.privacy_intervals import fmt_interval
 from reproductions.bu2021_jl.summary_setup import STEM
-from reproductions.common import FIGURES, load_results, write_between_markers
+from reproductions.common import write_between_markers
+from reproductions.harness import Output
 
 SPEED_STEM = "bu2021_jl_speed"
 SPEED_MISSING = "run bu2021_jl_speed first"
 README = paper.README
-TABLE_START, TABLE_END = "<!-- summary-table:start -->", "<!-- summary-table:end -->"
 
 
-def speed_rows() -> dict[str, Any] | None:
+def markers(profile: str) -> tuple[str, str]:
+    """README markers of a profile's table (``summary-table`` or ``summary-table-full``)."""
+    name = "summary-table-full" if profile == "full" else "summary-table"
+    return f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+
+
+def speed_rows(output: Output | None = None) -> dict[str, Any] | None:
     """Seconds per epoch by ``(method key, r)`` from the speed results, or None if absent.
 
     Only the file's own dpcore rows are used (not TF Privacy's, which it may also list).
     """
-    if not (FIGURES / f"{SPEED_STEM}.json").is_file():
+    output = output or Output()
+    if not output.has_results(SPEED_STEM):
         return None
-    data = load_results(SPEED_STEM)
+    data = output.load_results(SPEED_STEM)
     table: dict[tuple[str, int | None], dict[str, Any]] = {}
     for row in data.get("rows", []):
         if row.get("source", "dpcore") == "dpcore" and row.get("seconds_per_epoch"):
@@ -55,16 +63,24 @@ def _eps(row: dict[str, Any], which: str = "run") -> str:
     return "- (not private)" if row["privacy"] is None else fmt_interval(row["privacy"][which])
 
 
-def plot() -> None:
-    """figures/bu2021_jl_summary.png: accuracy vs seconds per epoch, points annotated with eps."""
+def plot(*, output: Output | None = None, readme: Path | None = None) -> None:
+    """``<stem>.png``: accuracy vs seconds per epoch, points annotated with eps; README tables."""
+    output = output or Output()
+    for stem in (STEM, f"{STEM}_full"):
+        if output.has_results(stem):
+            _plot_profile(output, stem, readme or README)
+
+
+def _plot_profile(output: Output, stem: str, readme: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    data = load_results(STEM)
-    speed = speed_rows()
+    data = output.load_results(stem)
+    data["rows"] = [row for row in data["rows"] if "test_accuracy" in row]
+    speed = speed_rows(output)
     figure, axis = plt.subplots(figsize=(6.8, 4.4))
     for index, row in enumerate(data["rows"]):
         timed = None if speed is None else speed["rows"].get((row["key"], row["r"]))
@@ -103,9 +119,9 @@ def plot() -> None:
         fontsize=8,
     )
     figure.tight_layout()
-    figure.savefig(FIGURES / f"{STEM}.png", dpi=150)
+    figure.savefig(output.path(f"{stem}.png"), dpi=150)
     plt.close(figure)
-    write_between_markers(README, TABLE_START, TABLE_END, readme_table(data, speed))
+    write_between_markers(readme, *markers(config["profile"]), readme_table(data, speed))
 
 
 def readme_table(data: dict[str, Any], speed: dict[str, Any] | None) -> str:
@@ -125,8 +141,13 @@ def readme_table(data: dict[str, Any], speed: dict[str, Any] | None) -> str:
         f"{config['learning_rate']:g} is Keras' default. Epsilon: certified interval, tight "
         f"PLD for DP-Adam, the JL accountant ({config['jl_bins']} shift-law bins, worst case "
         "of the paper's Thm 4.1) for DP-Adam-JL. The paper's Figure 1 values were not "
-        "transcribed. A quick run trains a fraction of an epoch: its accuracies are near "
-        "chance and say nothing about the paper's converged ones.",
+        "transcribed."
+        + (
+            " The quick profile trains a fraction of the paper's epochs: its accuracies are "
+            "below the converged ones."
+            if config["profile"] == "quick"
+            else ""
+        ),
         "",
         f"| method | test acc. after {config['steps']} steps | s / epoch | x non-private "
         f"| eps after {config['steps']} steps | eps after {config['paper_epochs']} epochs |",

@@ -1,15 +1,14 @@
 """Setup of the Fig. 1-style summary of Bu et al. 2021 (:mod:`reproductions.bu2021_jl.summary`).
 
 The profiles (:class:`SummaryConfig`, :data:`PROFILES`), the methods compared (non-private Adam,
-exact DP-Adam, DP-Adam-JL per r), the non-private Adam stand-in with :class:`DPTrainer`'s
-checkpoint interface (:class:`NonPrivateAdam`), IMDb as tensors (:func:`load_data`) and one
-fresh model and optimizer per method (:func:`make_trainer`).
+exact DP-Adam, DP-Adam-JL per r), IMDb as tensors (:func:`load_data`) and one fresh model and
+optimizer per method (:func:`make_trainer`; the non-private one is the harness's
+:class:`~reproductions.harness.NonPrivateTrainer`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -19,7 +18,7 @@ from dpcore.torch.models import imdb_lstm
 from dpcore.torch.samplers import PoissonSampler
 from dpcore.torch.training import DPTrainer
 from reproductions.bu2021_jl import config as paper
-from reproductions.bu2021_jl.training_loop import Trainable
+from reproductions.harness import NonPrivateTrainer, Trainable
 
 STEM = "bu2021_jl_summary"
 
@@ -78,68 +77,6 @@ def methods(config: SummaryConfig) -> list[Method]:
     ]
 
 
-class NonPrivateAdam:
-    """Plain Adam on shuffled lots of exactly ``lot_size`` (last partial lot of a pass dropped),
-    with the checkpoint interface of :class:`DPTrainer` so :func:`run_training` can drive it."""
-
-    def __init__(
-        self,
-        model: nn.Module,
-        inputs: torch.Tensor,
-        targets: torch.Tensor,
-        *,
-        lr: float,
-        lot_size: int,
-        seed: int,
-    ) -> None:
-        self.model, self.inputs, self.targets, self.lot_size = model, inputs, targets, lot_size
-        self.optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-        self.loss_fn = nn.BCEWithLogitsLoss()
-        self.generator = torch.Generator().manual_seed(seed)
-        self.order = torch.empty(0, dtype=torch.long)
-        self.position = 0
-        self.steps = 0
-
-    @property
-    def steps_done(self) -> int:
-        return self.steps
-
-    def step(self) -> float:
-        """One Adam step on the next lot; returns its mean loss."""
-        if self.position + self.lot_size > len(self.order):
-            self.order = torch.randperm(len(self.inputs), generator=self.generator)
-            self.position = 0
-        lot = self.order[self.position : self.position + self.lot_size]
-        self.position += self.lot_size
-        self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        loss = self.loss_fn(self.model(self.inputs[lot]), self.targets[lot])
-        loss.backward()
-        self.optimizer.step()
-        self.steps += 1
-        return float(loss.detach())
-
-    def save_checkpoint(self, path: str | Path) -> None:
-        state = {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "generator": self.generator.get_state(),
-            "order": self.order,
-            "position": self.position,
-            "steps": self.steps,
-        }
-        temporary = Path(path).with_suffix(".tmp")
-        torch.save(state, temporary)
-        temporary.replace(path)
-
-    def load_checkpoint(self, path: str | Path) -> None:
-        state = torch.load(Path(path), weights_only=True)
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.generator.set_state(state["generator"])
-        self.order, self.position, self.steps = state["order"], state["position"], state["steps"]
-
-
 Data = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
 
@@ -170,12 +107,13 @@ def make_trainer(
     torch.manual_seed(config.seed)
     model = imdb_lstm(recurrent="dplstm" if key == "dp_adam_exact" else "lstm").to(inputs.device)
     if key == "nonprivate":
-        return NonPrivateAdam(
+        return NonPrivateTrainer(
             model,
             inputs,
             targets,
-            lr=config.learning_rate,
-            lot_size=config.lot_size,
+            optimizer=lambda params: torch.optim.Adam(params, lr=config.learning_rate),
+            loss_fn=nn.BCEWithLogitsLoss(),
+            batch_size=config.lot_size,
             seed=config.seed,
         )
     return DPTrainer.dp_adam(

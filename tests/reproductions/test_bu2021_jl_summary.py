@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 import numpy as np
@@ -11,10 +10,10 @@ import pytest
 import torch
 
 import dpcore.data.text
-import reproductions.common as common
 from dpcore.torch.models import IMDbLSTM, imdb_lstm
-from reproductions.bu2021_jl import summary, summary_report, summary_setup
+from reproductions.bu2021_jl import summary, summary_setup
 from reproductions.bu2021_jl.summary import SummaryConfig
+from reproductions.harness import NonPrivateTrainer, Output
 
 #: 96 short reviews, lots of 24, 2 steps; JL with r = 2; a tiny LSTM (see ``small_model``).
 TINY = SummaryConfig(
@@ -43,11 +42,7 @@ def _tiny_data(config: SummaryConfig) -> summary.Data:
 
 @pytest.fixture
 def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Figures and README redirected into ``tmp_path``; a small LSTM instead of the paper's."""
-    monkeypatch.setattr(common, "FIGURES", tmp_path)
-    monkeypatch.setattr(summary, "FIGURES", tmp_path)
-    monkeypatch.setattr(summary_report, "FIGURES", tmp_path)
-    monkeypatch.setattr(summary, "CHECKPOINTS", tmp_path / "checkpoints")
+    """A README with the table's markers in ``tmp_path``; a small LSTM instead of the paper's."""
 
     def small_model(recurrent: str = "dplstm") -> IMDbLSTM:
         return imdb_lstm(50, 8, 8, recurrent=recurrent)  # type: ignore[arg-type]
@@ -55,7 +50,6 @@ def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(summary_setup, "imdb_lstm", small_model)
     readme = tmp_path / "README.md"
     readme.write_text("a\n<!-- summary-table:start -->\n<!-- summary-table:end -->\nz\n")
-    monkeypatch.setattr(summary_report, "README", readme)
     return tmp_path
 
 
@@ -69,13 +63,13 @@ def _fake_speed(folder: Path) -> None:
         {"method": "tf_privacy_vanilla", "r": None, "seconds_per_epoch": 9999.0,
          "ratio_to_nonprivate": 999.0, "extrapolated": True, "source": "tf_privacy"},
     ]  # fmt: skip
-    common.save_results(summary.SPEED_STEM, config={"profile": "full"}, rows=rows)
-    assert (folder / f"{summary.SPEED_STEM}.json").is_file()
+    Output.under(folder).save_results(summary.SPEED_STEM, config={"profile": "full"}, rows=rows)
 
 
 def test_end_to_end_with_speed_file(sandbox: Path) -> None:
-    summary.compute("quick", data_loader=_tiny_data, config=TINY)
-    data = json.loads((sandbox / f"{summary.STEM}.json").read_text())
+    output = Output.under(sandbox)
+    summary.compute("quick", data_loader=_tiny_data, config=TINY, output=output)
+    data = output.load_results(summary.STEM)
     rows = {row["method"]: row for row in data["rows"]}
     assert list(rows) == ["Adam (non-private)", "DP-Adam (exact)", "DP-Adam-JL r=2"]
     assert all(row["step"] == 2 and 0 <= row["test_accuracy"] <= 1 for row in rows.values())
@@ -86,11 +80,12 @@ def test_end_to_end_with_speed_file(sandbox: Path) -> None:
     # the paper's schedule: round(1 epoch x 96 / 24) = 4 steps, more than the 2 run
     assert exact["paper_steps"] == 4
     assert exact["paper_schedule"]["lower"] > exact["run"]["upper"]
-    assert (sandbox / rows["DP-Adam-JL r=2"]["privacy_statement"]).is_file()
+    assert output.path(rows["DP-Adam-JL r=2"]["privacy_statement"]).is_file()
+    assert {row["status"] for row in rows.values()} == {"done"}
 
     _fake_speed(sandbox)
-    summary.plot()
-    assert (sandbox / f"{summary.STEM}.png").stat().st_size > 10_000
+    summary.plot(output=output, readme=sandbox / "README.md")
+    assert output.path(f"{summary.STEM}.png").stat().st_size > 10_000
     table = (sandbox / "README.md").read_text()
     assert table.startswith("a\n<!-- summary-table:start -->\nProfile **quick: 2 steps")
     assert "| Adam (non-private) |" in table and "| 10 (extrapolated) | 1 |" in table
@@ -102,10 +97,11 @@ def test_end_to_end_with_speed_file(sandbox: Path) -> None:
 
 def test_missing_speed_file(sandbox: Path) -> None:
     config = dataclasses.replace(TINY, jl_dimensions=())
-    summary.compute("quick", data_loader=_tiny_data, config=config)
-    assert summary.speed_rows() is None
-    summary.plot()
-    assert (sandbox / f"{summary.STEM}.png").is_file()
+    output = Output.under(sandbox)
+    summary.compute("quick", data_loader=_tiny_data, config=config, output=output)
+    assert summary.speed_rows(output) is None
+    summary.plot(output=output, readme=sandbox / "README.md")
+    assert output.path(f"{summary.STEM}.png").is_file()
     table = (sandbox / "README.md").read_text()
     assert f"Seconds per epoch: {summary.SPEED_MISSING}." in table
     assert "| DP-Adam (exact) |" in table and "| - | - |" in table
@@ -117,9 +113,17 @@ def test_nonprivate_resume_is_exact(tmp_path: Path) -> None:
     model = imdb_lstm(50, 8, 8, recurrent="lstm")
     initial = {k: v.clone() for k, v in model.state_dict().items()}
 
-    def fresh() -> summary.NonPrivateAdam:
+    def fresh() -> NonPrivateTrainer:
         model.load_state_dict(initial)
-        return summary.NonPrivateAdam(model, x, y, lr=1e-2, lot_size=16, seed=3)
+        return NonPrivateTrainer(
+            model,
+            x,
+            y,
+            optimizer=lambda params: torch.optim.Adam(params, lr=1e-2),
+            loss_fn=torch.nn.BCEWithLogitsLoss(),
+            batch_size=16,
+            seed=3,
+        )
 
     straight = fresh()
     losses = [straight.step() for _ in range(5)]  # 3 lots per pass: crosses a reshuffle
