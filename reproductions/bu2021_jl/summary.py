@@ -64,7 +64,6 @@ from reproductions.harness import (
 )
 
 __all__ = [
-    "CHECKPOINTS",
     "CODE_MODULES",
     "PROFILES",
     "SPEED_MISSING",
