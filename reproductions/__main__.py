@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable
 
+from reproductions import scoreboard
 from reproductions.abadi2016 import cifar10 as abadi2016_cifar10
 from reproductions.abadi2016 import fig2
 from reproductions.abadi2016 import mnist as abadi2016_mnist
@@ -45,6 +46,8 @@ REPRODUCTIONS: dict[str, tuple[Callable[[str], None], Callable[[], None]]] = {
     # after bu2021_jl_speed: its figure reads the speed results
     "bu2021_jl_summary": (jl_summary.compute, jl_summary.plot),
     "erm": (erm_compute, erm_plot),
+    # last: reads every saved result above (the full profiles' committed ones included)
+    "scoreboard": (scoreboard.compute, scoreboard.plot),
 }
 
 

@@ -1,0 +1,98 @@
+"""The scoreboard: generated from the committed results, and a guard on the ones that match."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from reproductions import scoreboard
+from reproductions.harness import ROOT, Output
+
+COMMITTED = ROOT / "figures" / "scoreboard.json"
+
+
+def _committed() -> dict[str, object]:
+    loaded: dict[str, object] = json.loads(COMMITTED.read_text())
+    return loaded
+
+
+def test_committed_scoreboard_is_what_the_committed_results_say() -> None:
+    rows = scoreboard.build_rows(Output())
+    committed = _committed()
+    assert committed["rows"] == rows, "regenerate: python -m reproductions --only scoreboard"
+    assert committed["totals"] == scoreboard.totals(rows)
+    assert scoreboard.MARKDOWN.read_text() == scoreboard.markdown(rows)
+
+
+def test_every_committed_match_is_still_within_its_tolerance() -> None:
+    """A change that silently breaks a committed result turns a ``matches`` row red here."""
+    now = {(row["paper"], row["quantity"]): row for row in scoreboard.build_rows(Output())}
+    matched = [row for row in _committed()["rows"] if row["verdict"] == "matches"]  # type: ignore[attr-defined]
+    assert any(row["profile"] == "full" for row in matched)  # trained results are guarded too
+    for row in matched:
+        current = now.get((row["paper"], row["quantity"]))
+        assert current is not None, f"row disappeared: {row['quantity']}"
+        assert current["ours"] is not None, f"result missing: {row['quantity']}"
+        gap = abs(current["ours"] - row["paper_value"])
+        assert gap <= row["tolerance"] + scoreboard.SLACK, row["quantity"]
+
+
+def test_rows_have_every_field_and_a_known_verdict() -> None:
+    for row in _committed()["rows"]:  # type: ignore[attr-defined]
+        assert set(row) == {f.name for f in scoreboard.dataclasses.fields(scoreboard.Row)}
+        assert row["paper"] in (scoreboard.ABADI, scoreboard.BU2019, scoreboard.BU2021)
+        assert row["verdict"] == "matches" or row["verdict"].startswith(
+            ("differs (explained: ", "differs (unexplained)", "not run (")
+        )
+        assert row["profile"] in ("quick", "full", "any")
+        if row["verdict"] == "matches":
+            assert row["ours"] is not None and math.isfinite(row["ours"])
+
+
+def _fake_mnist(output: Output, accuracy: float) -> None:
+    summary = {
+        level: {"test_accuracy": accuracy, "paper_epochs": 16, "epsilon_paper_epochs_with_pca": {}}
+        for level in ("large", "medium", "small")
+    }
+    output.save_results(
+        "abadi2016_mnist_full",
+        config={"profile": "full"},
+        rows=[],
+        extra={"hardware": "test", "summary": summary},
+    )
+
+
+def test_a_drifted_result_stops_matching(tmp_path: Path) -> None:
+    output = Output.under(tmp_path)
+    _fake_mnist(output, 0.9)
+    first = {row["quantity"]: row for row in scoreboard.build_rows(output)}
+    large = next(q for q in first if q.startswith("Sec. 5.2 / Fig. 3 MNIST test accuracy, large"))
+    assert first[large]["verdict"] == "matches" and first[large]["profile"] == "full"
+    _fake_mnist(output, 0.85)  # five points below the paper's 90 %
+    drifted = {row["quantity"]: row for row in scoreboard.build_rows(output)}
+    assert drifted[large]["verdict"] == "differs (unexplained)"
+
+
+def test_compute_writes_json_and_markdown(tmp_path: Path) -> None:
+    output = Output.under(tmp_path)
+    _fake_mnist(output, 0.95)
+    page = tmp_path / "SCOREBOARD.md"
+    scoreboard.compute("quick", output=output, markdown_path=page)
+    saved = output.load_results("scoreboard")
+    assert saved["totals"]["rows"] == len(saved["rows"]) > 0
+    assert f"**{saved['totals']['rows']} numbers:" in page.read_text()
+
+
+@pytest.mark.parametrize(
+    ("paper", "ours", "tolerance", "expected"),
+    [
+        (0.95, 0.94, 0.01, "matches"),
+        (0.95, 0.9399, 0.01, "differs (unexplained)"),
+        (None, 0.9, 0.01, "not run (no result saved)"),
+    ],
+)
+def test_verdict(paper: float | None, ours: float | None, tolerance: float, expected: str) -> None:
+    assert scoreboard.verdict(paper, ours, tolerance) == expected
