@@ -24,15 +24,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import training
-from bench.training import Cell
+from bench import cells
+from bench.cells import Cell
 
 PHYSICAL = 256
 BASELINE = 16384
 CELL = Cell("mnist_cnn", "dpsgd_exact_virtual")
 MIN_LOG2, MAX_LOG2, QUICK_LOG2 = 14, 20, 14
 TIMEOUT = 1200.0
-_RESULT = "BENCH-RESULT "
 
 
 def _dataset(size: int) -> Any:
@@ -72,8 +71,8 @@ def _lots(model: Any, size: int, *, lots: int = 1, physical: int | None = PHYSIC
         torch.optim.SGD(model.parameters(), lr=0.01),
         loader,
         loss_fn=nn.CrossEntropyLoss(reduction="none"),
-        max_grad_norm=training.MAX_GRAD_NORM,
-        noise_multiplier=training.NOISE_MULTIPLIER,
+        max_grad_norm=cells.MAX_GRAD_NORM,
+        noise_multiplier=cells.NOISE_MULTIPLIER,
         engine="fast",
         seed=0,
     )
@@ -98,7 +97,7 @@ def measure(lot: int) -> dict[str, Any]:
     try:
         model = tf_privacy_mnist_cnn()
         one_batch = _lots(model, BASELINE, lots=2, physical=None)[-1]
-        row["one_batch_rss_mb"] = training.peak_rss_mb()
+        row["one_batch_rss_mb"] = cells.peak_rss_mb()
         (logical,) = _lots(model, lot)
         row.update(
             step_seconds=logical,
@@ -109,7 +108,7 @@ def measure(lot: int) -> dict[str, Any]:
         )
     except (Exception, MemoryError) as error:  # recorded: the parent decides what it means
         row["error"] = f"{type(error).__name__}: {error}"[:2000]
-    row["peak_rss_mb"] = training.peak_rss_mb()
+    row["peak_rss_mb"] = cells.peak_rss_mb()
     return row
 
 
@@ -117,8 +116,6 @@ def sweep(
     *, quick: bool, cap_mb: float, progress: Any
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Logical lots ``2**MIN_LOG2 ..`` (quick: one) until the cap, an error or ``2**MAX_LOG2``."""
-    from bench.training_memory import run_capped
-
     rows: list[dict[str, Any]] = []
     largest: int | None = None
     stopped_by = "reached the largest lot tried"
@@ -126,7 +123,7 @@ def sweep(
     for k in range(MIN_LOG2, last + 1):
         lot = 2**k
         progress.set_postfix_str(f"virtual lot {lot}")
-        measured = run_capped(
+        measured = cells.run_capped(
             CELL, lot, cap_mb=cap_mb, timeout=TIMEOUT, module="bench.logical_lots"
         )
         row = {
@@ -192,7 +189,7 @@ def _worker(argv: list[str]) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
-    print(_RESULT + json.dumps(measure(args.batch_size)), flush=True)
+    cells.emit_result(measure(args.batch_size))
     return 0
 
 

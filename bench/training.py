@@ -24,10 +24,10 @@ One *step* is a full optimizer step on the lot:
   ``opacus.layers.DPLSTM`` (``variant: "opacus_dplstm"``). A mode that fails on a model is a row
   with ``"error"`` and null timings.
 
-Every (model, method) cell runs in its own Python process (``python -m bench.training --worker``),
-so ``peak_rss_mb`` (``VmHWM``, see :func:`peak_rss_mb`) is that method's own peak;
-``baseline_rss_mb`` is the same counter just before the first step (interpreter, torch, model,
-data). Each process uses
+Every (model, method) cell runs in its own Python process (``python -m bench.training --worker``,
+see :func:`bench.cells.run_timing`), so ``peak_rss_mb`` (``VmHWM``, see
+:func:`bench.cells.peak_rss_mb`) is that method's own peak; ``baseline_rss_mb`` is the same
+counter just before the first step (interpreter, torch, model, data). Each process uses
 ``torch.set_num_threads(threads)`` (1 by default) and ``torch.set_flush_denormal(True)``: the
 LSTM backward on CPU is ~3x slower on denormal floats, so every method gets the flag alike. Warm-up
 steps are excluded; ``step_seconds`` is the median of the timed steps. ``ratio_to_nonprivate``
@@ -48,43 +48,33 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
-from bench.training_worker import (  # re-exported: reproductions build on these
-    _RESULT,
+from bench.cells import (
     BATCH_SIZE,
     LEARNING_RATE,
     MAX_GRAD_NORM,
     NOISE_MULTIPLIER,
     OPACUS_MODES,
     Cell,
-    _lot,
-    _model,
-    _step_function,
-    _worker,
-    measure,
-    peak_rss_mb,
+    run_timing,
+    timing_worker,
 )
 
 __all__ = [
-    "BATCH_SIZE",
-    "LEARNING_RATE",
-    "MAX_GRAD_NORM",
-    "NOISE_MULTIPLIER",
-    "OPACUS_MODES",
-    "Cell",
-    "_lot",
-    "_model",
-    "_step_function",
-    "_worker",
+    "FULL",
+    "GOALS",
+    "JL_DIMENSIONS",
+    "MODELS",
+    "QUICK",
+    "QUICK_JL_DIMENSIONS",
+    "Profile",
     "cells",
     "check_device",
-    "measure",
-    "peak_rss_mb",
+    "opacus_version",
     "run",
 ]
 
@@ -92,8 +82,19 @@ ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("mnist_cnn", "imdb_lstm")
 JL_DIMENSIONS = (1, 5, 10, 30)
 QUICK_JL_DIMENSIONS = {"mnist_cnn": (1, 5, 10, 30), "imdb_lstm": (1, 5, 10)}
-FULL = {"warmup": 2, "steps": 10, "budget": None, "timeout": 1800}
-QUICK = {"warmup": 1, "steps": 3, "budget": 6.0, "timeout": 300}
+
+
+class Profile(TypedDict):
+    """Steps and limits of one profile of the benchmark, per cell."""
+
+    warmup: int
+    steps: int
+    budget: float | None
+    timeout: float
+
+
+FULL: Profile = {"warmup": 2, "steps": 10, "budget": None, "timeout": 1800}
+QUICK: Profile = {"warmup": 1, "steps": 3, "budget": 6.0, "timeout": 300}
 """``budget``: seconds of timed steps per cell, estimated from the last warm-up step; at least
 one step is timed, at most ``steps``. ``None``: always ``steps``."""
 GOALS = {"dpsgd_exact": {"mnist_cnn": 1.5, "imdb_lstm": 2.0}}
@@ -119,49 +120,6 @@ def cells(*, quick: bool, models: tuple[str, ...] = MODELS) -> list[Cell]:
 
 
 # ----------------------------------------------------------------------------- driver side
-
-
-def _run_cell(
-    cell: Cell,
-    *,
-    device: str,
-    threads: int,
-    warmup: int,
-    steps: int,
-    budget: float | None,
-    timeout: float,
-    module: str = "bench.training",
-) -> dict[str, Any]:
-    """Run ``python -m <module> --worker`` for ``cell`` and return its result row."""
-    command = [
-        sys.executable,
-        "-m",
-        module,
-        "--worker",
-        json.dumps(dataclasses.asdict(cell)),
-        f"--device={device}",
-        f"--threads={threads}",
-        f"--warmup={warmup}",
-        f"--steps={steps}",
-        *([] if budget is None else [f"--budget={budget}"]),
-    ]
-    try:
-        done = subprocess.run(
-            command,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f} s"}
-    for line in reversed(done.stdout.splitlines()):
-        if line.startswith(_RESULT):
-            result: dict[str, Any] = json.loads(line.removeprefix(_RESULT))
-            return result
-    tail = (done.stderr or done.stdout).strip()[-1500:]
-    return {"error": f"worker exited with status {done.returncode}: {tail}"}
 
 
 def _reference(rows: list[dict[str, Any]], model: str) -> float | None:
@@ -232,7 +190,7 @@ def run(
     progress = tqdm(todo, desc="training benchmark", unit="cell")
     for cell in progress:
         progress.set_postfix_str(cell.label)
-        measured = _run_cell(
+        measured = run_timing(
             cell,
             device=device,
             threads=threads,
@@ -302,7 +260,7 @@ def _save(
         root=ROOT,
         benchmark="training",
         torch=torch.__version__,
-        opacus=_opacus_version(),
+        opacus=opacus_version(),
         threads=threads,
         flush_denormal=True,
         quick=quick,
@@ -340,7 +298,8 @@ def _save(
     (results_dir / "training.meta.json").write_text(json.dumps(meta, indent=2) + "\n")
 
 
-def _opacus_version() -> str | None:
+def opacus_version() -> str | None:
+    """The installed Opacus version (read without importing it), or None."""
     try:
         from importlib.metadata import version
 
@@ -350,4 +309,4 @@ def _opacus_version() -> str | None:
 
 
 if __name__ == "__main__":
-    sys.exit(_worker(sys.argv[1:]))
+    sys.exit(timing_worker(sys.argv[1:]))

@@ -4,19 +4,19 @@ Goal (from the issue): "the largest lot that fits in 8 GiB within 2x of non-priv
 exact path and for JL" -- the DP-SGD-JL paper's Table 3 claim, on the TensorFlow Privacy MNIST
 CNN (:func:`dpcore.torch.models.tf_privacy_mnist_cnn`).
 
-Methods (the step builders of :mod:`bench.training`, with the lot size passed through):
+Methods (the step builders of :mod:`bench.cells`, with the lot size passed through):
 ``nonprivate``, ``dpsgd_exact`` (``FastEngine``), ``dpsgd_vmap`` (``VmapEngine``), ``dpsgd_jl``
 with r = 10 (``JLEngine``) and ``opacus_hooks``.
 
 For each method, lots ``2**k`` for k = 10, 11, ... run one at a time, each in a fresh process
-(``python -m bench.training_memory --worker``) doing 1 warm-up step and 1 timed step on random
-data of the right shape. The parent polls the worker's resident set (``VmRSS`` in
-``/proc/<pid>/status``) every 50 ms and kills it (SIGKILL) as soon as it passes the cap (8192 MiB):
-``RLIMIT_AS`` is not used, since torch reserves far more virtual memory than it touches. A lot
-whose worker was killed, or whose own peak (``VmHWM``) ended above the cap (a spike between two
-polls), is ``exceeded_cap: true`` with ``peak_rss_mb: null``; otherwise ``peak_rss_mb`` is the
-worker's ``VmHWM`` after both steps (it includes the interpreter, torch and the data, ~0.3 GiB
-at small lots) and ``polled_rss_mb`` the largest ``VmRSS`` the parent saw.
+(``python -m bench.training_memory --worker``, :func:`bench.cells.run_capped`) doing 1 warm-up
+step and 1 timed step on random data of the right shape. The parent polls the worker's resident
+set (``VmRSS`` in ``/proc/<pid>/status``) every 50 ms and kills it (SIGKILL) as soon as it passes
+the cap (8192 MiB): ``RLIMIT_AS`` is not used, since torch reserves far more virtual memory than
+it touches. A lot whose worker was killed, or whose own peak (``VmHWM``) ended above the cap (a
+spike between two polls), is ``exceeded_cap: true`` with ``peak_rss_mb: null``; otherwise
+``peak_rss_mb`` is the worker's ``VmHWM`` after both steps (it includes the interpreter, torch
+and the data, ~0.3 GiB at small lots) and ``polled_rss_mb`` the largest ``VmRSS`` the parent saw.
 
 A method's sweep stops at the first lot that exceeds the cap, fails (an out-of-memory error or any
 other), is too slow, or after ``2**17``. *Too slow*: a step over 60 s -- the worker skips the
@@ -33,33 +33,27 @@ non-private's). ``quick`` stops every sweep at ``2**12`` (a smoke test, not the 
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import datetime
 import json
-import subprocess
 import sys
-import tempfile
 import time
-import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import logical_lots, training
-from bench.training import Cell
+from bench import cells, logical_lots, training
+from bench.cells import Cell
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "mnist_cnn"
 CAP_MB = 8192.0
-POLL_SECONDS = 0.05
+POLL_SECONDS = cells.POLL_SECONDS
 MIN_LOG2 = 10
 MAX_LOG2 = 17
 QUICK_MAX_LOG2 = 12
 SLOW_SECONDS = 60.0
-#: The warm-up (first) step may take longer: an engine's first lot runs one-time checks (dpcore's
-#: fast path: a reference backward and an eval-mode pass comparing three examples' norms).
-WARMUP_SECONDS = 3 * SLOW_SECONDS
+#: The warm-up (first) step may take longer (3 * SLOW_SECONDS): an engine's first lot runs
+#: one-time checks (see :data:`bench.cells.MEMORY_WARMUP_LIMIT_SECONDS`).
+WARMUP_SECONDS = cells.MEMORY_WARMUP_LIMIT_SECONDS
 WORKER_TIMEOUT = 400.0
 JL_DIMENSION = 10
 METHODS = (
@@ -69,179 +63,9 @@ METHODS = (
     Cell(MODEL, "dpsgd_jl", jl_dimension=JL_DIMENSION),
     Cell(MODEL, "opacus_hooks"),
 )
-_RESULT = "BENCH-RESULT "
-_OOM_MARKERS = ("can't allocate memory", "out of memory", "MemoryError", "std::bad_alloc")
-
-
-# ----------------------------------------------------------------------------- worker side
-
-
-def measure(
-    cell: Cell,
-    batch_size: int,
-    *,
-    threads: int = 1,
-    build: Callable[[Cell, int, str], tuple[Any, Callable[[], None]]] | None = None,
-    device: str = "cpu",
-) -> dict[str, Any]:
-    """One warm-up step then one timed step of ``cell`` on a lot of ``batch_size``, here.
-
-    ``build(cell, batch_size, device)``, when given, returns ``(model, step)`` in place of
-    :mod:`bench.training`'s model, random lot and step (other studies reuse this measurement with
-    their own models). With ``device="cuda"`` the model and lot live on the GPU and
-    ``peak_gpu_mb`` is ``torch.cuda.max_memory_allocated`` (None on CPU).
-    """
-    import torch
-
-    torch.set_num_threads(threads)
-    torch.set_flush_denormal(True)
-    cuda = device == "cuda"
-    row: dict[str, Any] = {
-        "step_seconds": None,
-        "warmup_seconds": None,
-        "baseline_rss_mb": None,
-        "peak_rss_mb": None,
-        "peak_gpu_mb": None,
-        "skipped": None,
-        "error": None,
-    }
-    try:
-        if build is None:
-            model = training._model(cell).to(device)
-            inputs, targets = training._lot(cell.model, device, batch_size)
-            step = training._step_function(cell, model, inputs, targets, batch_size)
-        else:
-            model, step = build(cell, batch_size, device)
-        row["baseline_rss_mb"] = training.peak_rss_mb()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            start = time.perf_counter()
-            step()
-            if cuda:
-                torch.cuda.synchronize()
-            row["warmup_seconds"] = time.perf_counter() - start
-            if row["warmup_seconds"] > WARMUP_SECONDS:
-                row["skipped"] = "too slow"
-            else:
-                start = time.perf_counter()
-                step()
-                if cuda:
-                    torch.cuda.synchronize()
-                row["step_seconds"] = time.perf_counter() - start
-    except (Exception, MemoryError) as error:  # recorded: the parent decides what it means
-        row["error"] = f"{type(error).__name__}: {error}"[:2000]
-    row["peak_rss_mb"] = training.peak_rss_mb()
-    if cuda:
-        row["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
-    return row
-
-
-def _worker(
-    argv: list[str],
-    *,
-    build: Callable[[Cell, int, str], tuple[Any, Callable[[], None]]] | None = None,
-    module: str = "bench.training_memory",
-) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m {module} --worker")
-    parser.add_argument("--worker", required=True, help="the cell, as JSON")
-    parser.add_argument("--batch-size", type=int, required=True)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--device", default="cpu")
-    args = parser.parse_args(argv)
-    row = measure(
-        Cell(**json.loads(args.worker)),
-        args.batch_size,
-        threads=args.threads,
-        build=build,
-        device=args.device,
-    )
-    print(_RESULT + json.dumps(row), flush=True)
-    return 0
 
 
 # ----------------------------------------------------------------------------- driver side
-
-
-def _vmrss_mb(pid: int) -> float | None:
-    """``VmRSS`` of ``pid`` in MiB, or None once the process is gone (or a zombie)."""
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024.0  # kB
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    return None
-
-
-def run_capped(
-    cell: Cell,
-    batch_size: int,
-    *,
-    cap_mb: float = CAP_MB,
-    threads: int = 1,
-    timeout: float = WORKER_TIMEOUT,
-    module: str = "bench.training_memory",
-    device: str = "cpu",
-) -> dict[str, Any]:
-    """Run one worker, killing it if its RSS passes ``cap_mb`` or it outlives ``timeout``.
-
-    ``module`` is the worker's module (one whose ``__main__`` calls :func:`_worker`, possibly
-    with its own ``build``); ``device`` is passed on to it.
-    """
-    command = [
-        sys.executable,
-        "-m",
-        module,
-        "--worker",
-        json.dumps(dataclasses.asdict(cell)),
-        f"--batch-size={batch_size}",
-        f"--threads={threads}",
-        f"--device={device}",
-    ]
-    polled = 0.0
-    killed: str | None = None
-    with tempfile.TemporaryFile("w+") as out:
-        process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-        started = time.perf_counter()
-        try:
-            while process.poll() is None:
-                rss = _vmrss_mb(process.pid)
-                if rss is not None:
-                    polled = max(polled, rss)
-                    if rss > cap_mb:
-                        killed = "cap"
-                        break
-                if time.perf_counter() - started > timeout:
-                    killed = "timeout"
-                    break
-                time.sleep(POLL_SECONDS)
-        finally:
-            if process.poll() is None:
-                process.kill()
-            process.wait()
-        out.seek(0)
-        text = out.read()
-    row: dict[str, Any] = {"polled_rss_mb": polled, "exceeded_cap": False}
-    if killed == "cap":
-        return {**row, "exceeded_cap": True, "peak_rss_mb": None, "step_seconds": None}
-    if killed == "timeout":
-        return {**row, "skipped": "too slow", "error": f"killed after {timeout:.0f} s"}
-    for line in reversed(text.splitlines()):
-        if line.startswith(_RESULT):
-            row.update(json.loads(line.removeprefix(_RESULT)))
-            if row["peak_rss_mb"] is not None and row["peak_rss_mb"] > cap_mb:
-                row["exceeded_cap"] = True  # a spike between two polls
-                row["peak_rss_mb"] = None
-            return row
-    # No result: killed by the kernel (OOM killer) or crashed.
-    tail = text.strip()[-1500:]
-    return {**row, "error": f"worker exited with status {process.returncode}: {tail}"}
-
-
-def _is_oom(row: dict[str, Any]) -> bool:
-    error = row.get("error") or ""
-    return any(marker in error for marker in _OOM_MARKERS) or "status -9" in error
 
 
 def sweep(
@@ -282,7 +106,9 @@ def sweep(
             stopped_by = f"too slow: predicted {predicted:.0f} s per step at lot {lot}"
             progress.write(f"{cell.label} lot {lot}: skipped, predicted {predicted:.0f} s/step")
             break
-        measured = run_capped(cell, lot, cap_mb=cap_mb, threads=threads)
+        measured = cells.run_capped(
+            cell, lot, cap_mb=cap_mb, timeout=WORKER_TIMEOUT, threads=threads
+        )
         row = {
             **base,
             "peak_rss_mb": None,
@@ -300,7 +126,7 @@ def sweep(
             progress.write(f"{cell.label} lot {lot}: exceeded {cap_mb:.0f} MiB")
             break
         if row["error"] is not None and row.get("skipped") is None:
-            stopped_by = ("out of memory" if _is_oom(row) else "error") + f" at lot {lot}"
+            stopped_by = ("out of memory" if cells.is_oom(row) else "error") + f" at lot {lot}"
             progress.write(f"{cell.label} lot {lot}: {row['error']}"[:300])
             break
         if row.get("skipped") is not None:
@@ -367,7 +193,7 @@ def run(
         root=ROOT,
         benchmark="training_memory",
         torch=torch.__version__,
-        opacus=training._opacus_version(),
+        opacus=training.opacus_version(),
         model=MODEL,
         cap_mb=cap_mb,
         threads=threads,
@@ -383,8 +209,8 @@ def run(
             "poll_seconds": POLL_SECONDS,
             "slow_step_seconds": SLOW_SECONDS,
             "slow_warmup_seconds": WARMUP_SECONDS,
-            "noise_multiplier": training.NOISE_MULTIPLIER,
-            "max_grad_norm": training.MAX_GRAD_NORM,
+            "noise_multiplier": cells.NOISE_MULTIPLIER,
+            "max_grad_norm": cells.MAX_GRAD_NORM,
             "jl_dimension": JL_DIMENSION,
         },
         notes=[
@@ -403,4 +229,4 @@ def run(
 
 
 if __name__ == "__main__":
-    sys.exit(_worker(sys.argv[1:]))
+    sys.exit(cells.memory_worker(sys.argv[1:]))

@@ -12,38 +12,55 @@ dpcore's JL engine evaluates the r forward-mode projections in one vectorised pa
 "one pass per direction" evaluate them one at a time (``vmap_directions=False``), the memory-lean
 way.
 
-Measurement reuses :mod:`bench.training_memory`: each lot size runs in a fresh process
-(``python -m reproductions.bu2021_jl.memory_worker --worker``: one warm-up and one timed step) whose
-resident set the parent polls and kills above the cap (peak host RSS; on CUDA the cap applies to
-``torch.cuda.max_memory_allocated`` instead). Lots are powers of two, searched by bisection on the
-exponent (peak memory grows with the lot), so a method costs about log2(range) + 1 processes.
+Measurement reuses the memory benchmark's (:func:`bench.cells.run_capped`): each lot size runs in
+a fresh process (``python -m reproductions.bu2021_jl.memory_worker --worker``: one warm-up and one
+timed step) whose resident set the parent polls and kills above the cap (peak host RSS; on CUDA
+the cap applies to ``torch.cuda.max_memory_allocated`` instead). Lots are powers of two, searched
+by bisection on the exponent (peak memory grows with the lot), so a method costs about
+log2(range) + 1 processes.
+
+The full profile keeps each probe under ``reproductions/checkpoints/`` so that a run cut off
+part-way resumes; each is keyed by everything that determines it (:func:`probe_key`: the cell,
+the lot, the cap, threads, timeout, noise multiplier, clipping norm, device, hardware, torch
+version and a fingerprint of the measuring code), and one stored under another key is ignored.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from bench import training_memory
-from bench.training import Cell
+from bench import cache, cells
+from bench.cells import Cell
 from reproductions.bu2021_jl import config as paper
 from reproductions.bu2021_jl.memory_worker import MODULE, WIDE_WIDTH, _variant, widened_mnist_cnn
-from reproductions.common import save_results
+from reproductions.common import code_fingerprint, save_results
 
 STEM = "bu2021_jl_memory"
 TABLE = "memory-table"
 CHECKPOINT_DIR = paper.CHECKPOINTS / STEM
+#: The code that measures (model and step builders, memory probe, worker, the outcome of a
+#: probe): its fingerprint is part of every cached probe's key.
+MEASURING_CODE = ("dpcore.torch", "bench", MODULE, "reproductions.bu2021_jl.memory")
+#: Fields of :class:`MemoryConfig` that say which probes run, not what one measures (the
+#: ``cuda_*`` values are in ``cap_mb`` and the ranges once :meth:`MemoryConfig.on` applied them).
+_NOT_IN_PROBE_KEY = (
+    "methods",
+    "small_log2",
+    "wide_log2",
+    "cuda_cap_mb",
+    "cuda_small_log2",
+    "cuda_wide_log2",
+)
 
 
 @dataclasses.dataclass(frozen=True)
 class Method:
     """One training method of the tables."""
 
-    method: str  # nonprivate, dpsgd_exact or dpsgd_jl (bench.training's names)
+    method: str  # nonprivate, dpsgd_exact or dpsgd_jl (bench.cells.step_function's names)
     r: int | None = None
     per_direction: bool = False
 
@@ -159,26 +176,71 @@ def outcome(measured: dict[str, Any], cap_mb: float, device: str) -> str:
     if error is not None and measured.get("skipped") == "too slow":
         return "too_slow"  # killed by the parent's timeout
     if error is not None:
-        return "exceeds" if training_memory._is_oom(measured) else "error"
+        return "exceeds" if cells.is_oom(measured) else "error"
     if device == "cuda" and (measured.get("peak_gpu_mb") or 0.0) > cap_mb:
         return "exceeds"
     return "fits"
 
 
-def _probe_path(config: MemoryConfig, device: str, model: str, method: Method, lot: int) -> Path:
-    key = f"{config.profile}_{device}_{config.cap_mb:g}_{model}_{method.method}_{method.r}"
-    return CHECKPOINT_DIR / f"{key}_{int(method.per_direction)}_{lot}.json"
+def measuring_setup(device: str, hardware: str) -> dict[str, Any]:
+    """What, besides the probe and the profile, determines a probe on this machine: ``device``,
+    the hardware, the torch version and the measuring code's fingerprint
+    (:data:`MEASURING_CODE`)."""
+    import torch
+
+    return {
+        "device": device,
+        "hardware": hardware,
+        "torch": torch.__version__,
+        "code": code_fingerprint(*MEASURING_CODE),
+    }
 
 
-def _probe(
-    config: MemoryConfig, device: str, model: str, width: int, method: Method, lot: int
+def probe_key(
+    config: MemoryConfig, setup: dict[str, Any], model: str, cell: Cell, lot: int
 ) -> dict[str, Any]:
-    """One lot of one method in a watched process (cached on disk for the full profile)."""
-    path = _probe_path(config, device, model, method, lot)
-    if path.is_file():
-        return dict(json.loads(path.read_text()))
+    """The cache key of one probe: the model, the cell (method, width, r, one pass per
+    direction), the lot, the profile as run on the device (cap, wide width, threads, timeout),
+    the step's noise multiplier, clipping norm and learning rate, and ``setup``
+    (:func:`measuring_setup`)."""
+    fields = dataclasses.asdict(config)
+    for name in _NOT_IN_PROBE_KEY:
+        fields.pop(name)
+    return {
+        "study": STEM,
+        "model": model,
+        "cell": dataclasses.asdict(cell),
+        "batch_size": lot,
+        "config": fields,
+        "noise_multiplier": cells.NOISE_MULTIPLIER,
+        "max_grad_norm": cells.MAX_GRAD_NORM,
+        "learning_rate": cells.LEARNING_RATE,
+        **setup,
+    }
+
+
+def run_probe(
+    config: MemoryConfig,
+    setup: dict[str, Any],
+    model: str,
+    width: int,
+    method: Method,
+    lot: int,
+) -> dict[str, Any]:
+    """One lot of one method in a watched process, or its cached row.
+
+    A row cached under exactly :func:`probe_key` is reused; the full profile caches every row
+    it measures (atomically, under ``CHECKPOINT_DIR``).
+    """
+    device = setup["device"]
     cell = Cell("mnist_cnn", method.method, _variant(width, method.per_direction), method.r)
-    measured = training_memory.run_capped(
+    key = probe_key(config, setup, model, cell, lot)
+    stem = f"{model}_{method.method}_{method.r}_{int(method.per_direction)}_{lot}"
+    path = cache.cached_path(CHECKPOINT_DIR, stem, key)
+    cached = cache.load(path, key)
+    if cached is not None:
+        return cached
+    measured = cells.run_capped(
         cell,
         lot,
         # On CUDA the cap is judged on GPU memory; the host is only kept from swapping.
@@ -201,8 +263,7 @@ def _probe(
         "error": (measured.get("error") or "")[:300] or None,
     }
     if config.profile == "full":
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(row) + "\n")
+        cache.store(path, key, row)
     return row
 
 
@@ -210,7 +271,9 @@ def _probe(
 Prober = Callable[[str, int, Method, int], "dict[str, Any] | None"]
 
 
-def sweep(config: MemoryConfig, device: str, probe: Prober) -> tuple[list[dict], list[dict]]:
+def sweep(
+    config: MemoryConfig, device: str, probe: Prober
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """``(rows, probes)``: the bisection for every (model, method) of ``config``.
 
     A probe that returns None (not run) stops its method's bisection: the row is then marked
@@ -292,8 +355,8 @@ def sweep(config: MemoryConfig, device: str, probe: Prober) -> tuple[list[dict],
 def _save(
     config: MemoryConfig,
     device: str,
-    rows: list[dict],
-    probes: list[dict],
+    rows: list[dict[str, Any]],
+    probes: list[dict[str, Any]],
     *,
     hardware: str,
     torch_version: str,
@@ -319,15 +382,16 @@ def compute(profile: str = "quick") -> None:
     device = paper.default_device()
     config = PROFILES[profile].on(device)
     start = time.perf_counter()
-    rows, probes = sweep(
-        config,
-        device,
-        lambda name, width, method, lot: _probe(config, device, name, width, method, lot),
-    )
     hardware = (
         f"{torch.cuda.get_device_name(0)} (CUDA)"
         if device == "cuda"
         else f"CPU, {config.threads} torch thread(s)"
+    )
+    setup = measuring_setup(device, hardware)
+    rows, probes = sweep(
+        config,
+        device,
+        lambda name, width, method, lot: run_probe(config, setup, name, width, method, lot),
     )
     _save(
         config,
@@ -337,30 +401,4 @@ def compute(profile: str = "quick") -> None:
         hardware=hardware,
         torch_version=torch.__version__,
         wall_time_s=round(time.perf_counter() - start, 1),
-    )
-
-
-def assemble(profile: str, device: str, *, hardware: str, torch_version: str) -> None:
-    """Save a run's results from its checkpointed probes alone, running none.
-
-    For a full-profile run that was cut off (e.g. a lent GPU's time ran out): the probes it
-    finished are used as they are, the bisection of a method stops at its first missing probe,
-    and such rows say ``complete: false`` (their lot is a lower bound, or unknown). ``hardware``
-    and ``torch_version`` describe the machine the probes ran on (they are not in the probes).
-    """
-    config = PROFILES[profile].on(device)
-
-    def cached(name: str, width: int, method: Method, lot: int) -> dict[str, Any] | None:
-        path = _probe_path(config, device, name, method, lot)
-        return dict(json.loads(path.read_text())) if path.is_file() else None
-
-    rows, probes = sweep(config, device, cached)
-    _save(
-        config,
-        device,
-        rows,
-        probes,
-        hardware=hardware,
-        torch_version=torch_version,
-        wall_time_s=None,
     )

@@ -1,7 +1,7 @@
 """Worker side of :mod:`reproductions.bu2021_jl.memory`: the models and one training step.
 
 Each probe of the memory search runs ``python -m reproductions.bu2021_jl.memory_worker
---worker ...`` (see :mod:`bench.training_memory`), which builds the model and the step here.
+--worker ...`` (:func:`bench.cells.memory_worker`), which builds the model and the step here.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 
 from torch import nn
 
-from bench import training, training_memory
-from bench.training import Cell
+from bench import cells
+from bench.cells import Cell
 
 MODULE = "reproductions.bu2021_jl.memory_worker"
 #: Width multiplier of the wide CNN (about 17M parameters; see :func:`widened_mnist_cnn`).
@@ -65,20 +65,20 @@ def build(cell: Cell, batch_size: int, device: str) -> tuple[Any, Callable[[], N
     settings = dict(part.partition("=")[::2] for part in (cell.variant or "").split(","))
     torch.manual_seed(0)
     model = widened_mnist_cnn(int(settings.get("width") or 1)).to(device)
-    inputs, targets = training._lot("mnist_cnn", device, batch_size)
+    inputs, targets = cells.make_lot("mnist_cnn", device, batch_size)
     if "per_direction" not in settings:
-        return model, training._step_function(cell, model, inputs, targets, batch_size)
+        return model, cells.step_function(cell, model, inputs, targets, batch_size)
     assert cell.jl_dimension is not None
     engine = JLEngine(
         model,
-        max_grad_norm=training.MAX_GRAD_NORM,
+        max_grad_norm=cells.MAX_GRAD_NORM,
         jl_dimension=cell.jl_dimension,
         vmap_directions=False,
     )
     private = DPOptimizer(
-        torch.optim.SGD(model.parameters(), lr=training.LEARNING_RATE),
+        torch.optim.SGD(model.parameters(), lr=cells.LEARNING_RATE),
         engine=engine,
-        noise_multiplier=training.NOISE_MULTIPLIER,
+        noise_multiplier=cells.NOISE_MULTIPLIER,
         expected_batch_size=batch_size,
     )
     loss_fn = nn.CrossEntropyLoss(reduction="none")
@@ -90,4 +90,4 @@ def build(cell: Cell, batch_size: int, device: str) -> tuple[Any, Callable[[], N
 
 
 if __name__ == "__main__":
-    sys.exit(training_memory._worker(sys.argv[1:], build=build, module=MODULE))
+    sys.exit(cells.memory_worker(sys.argv[1:], build=build, module=MODULE))

@@ -11,11 +11,16 @@ Methods (every one a full optimizer step on a lot of real reviews):
   ``DPTrainer.dp_adam(engine="fast")`` on Poisson lots;
 - ``dp_adam_jl`` (r in 1, 5, 10, 30): the ``nn.LSTM`` model with ``DPTrainer.dp_adam(engine="jl")``.
 
-Timing reuses :mod:`bench.training`: every method runs in its own process
-(``python -m reproductions.bu2021_jl.speed --worker``) with flush-to-zero for denormals, warm-up
-lots are not timed, and at most ``timed_lots`` lots after them are (fewer for slow methods in the
-quick profile, by a time budget). A row's ``seconds_per_epoch`` is a partial epoch extrapolated:
-the mean of its timed lots times 98 (``extrapolated: true``, ``timed_steps`` lots).
+Timing reuses the training benchmark's worker (:mod:`bench.cells`): every method runs in its own
+process (``python -m reproductions.bu2021_jl.speed --worker``) with flush-to-zero for denormals,
+warm-up lots are not timed, and at most ``timed_lots`` lots after them are (fewer for slow methods
+in the quick profile, by a time budget). A row's ``seconds_per_epoch`` is a partial epoch
+extrapolated: the mean of its timed lots times 98 (``extrapolated: true``, ``timed_steps`` lots).
+
+The full profile keeps each method's measurement under ``reproductions/checkpoints/`` so that a
+run cut off part-way resumes; each is keyed by everything that determines it
+(:func:`measurement_key`: the method, the whole profile, device, threads, hardware, torch
+version and a fingerprint of the measuring code), and one stored under another key is ignored.
 
 The paper's Table 2 was measured with TensorFlow on a P100; its vanilla DP-Adam was TF Privacy's.
 When ``figures/bu2021_jl_tf_privacy.json`` exists (``nox -s tfprivacy``, TF Privacy's vanilla
@@ -25,6 +30,7 @@ optimizer on the same model, timed on our hardware), its rows are shown next to 
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import sys
@@ -34,10 +40,10 @@ from typing import Any
 
 import numpy as np
 
-from bench import training
-from bench.training import Cell
+from bench import cache
+from bench.cells import Cell, run_timing, timing_worker
 from reproductions.bu2021_jl import config as paper
-from reproductions.common import FIGURES, save_results
+from reproductions.common import FIGURES, code_fingerprint, save_results
 
 STEM = "bu2021_jl_speed"
 TABLE = "speed-table"
@@ -47,6 +53,9 @@ DATA_CACHE = CHECKPOINT_DIR / "imdb_train_ids.npz"
 TF_PRIVACY_JSON = FIGURES / "bu2021_jl_tf_privacy.json"
 TF_PRIVACY_MISSING = "not measured here: run `nox -s tfprivacy`"
 TF_PRIVACY_NOT_ON_GPU = "not timed on the GPU (`nox -s tfprivacy` runs on CPU; see the CPU table)"
+#: The code that measures (model and step builders, timing loop, worker): its fingerprint is part
+#: of every cached measurement's key.
+MEASURING_CODE = ("dpcore.torch", "bench", MODULE)
 
 
 def stem_for(device: str) -> str:
@@ -119,8 +128,9 @@ def _imdb_train() -> tuple[np.ndarray, np.ndarray]:
     from dpcore.data.text import imdb_sequences
 
     x, y, _, _ = imdb_sequences()
-    DATA_CACHE.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(DATA_CACHE, x=x.astype(np.int32), y=y.astype(np.int8))
+    buffer = io.BytesIO()
+    np.savez(buffer, x=x.astype(np.int32), y=y.astype(np.int8))
+    cache.atomic_write_bytes(DATA_CACHE, buffer.getvalue())
     return x, y
 
 
@@ -337,8 +347,60 @@ def _hardware(device: str, threads: int) -> str:
     return f"CPU, {threads} torch thread(s) of {os.cpu_count()} cores"
 
 
+def measuring_setup(device: str, threads: int) -> dict[str, Any]:
+    """What, besides the method and the profile, determines a measurement on this machine:
+    ``device``, ``threads``, the hardware, the torch version and the measuring code's
+    fingerprint (:data:`MEASURING_CODE`)."""
+    import torch
+
+    return {
+        "device": device,
+        "threads": threads,
+        "hardware": _hardware(device, threads),
+        "torch": torch.__version__,
+        "code": code_fingerprint(*MEASURING_CODE),
+    }
+
+
+def measurement_key(cell: Cell, config: SpeedConfig, setup: dict[str, Any]) -> dict[str, Any]:
+    """The cache key of ``cell``'s measurement: the cell, the whole profile (lot size, noise
+    multiplier, clipping norm, warm-up and timed lots, budget, threads, timeout...) but its list
+    of JL dimensions (which cells run, not how one is measured), and ``setup``
+    (:func:`measuring_setup`)."""
+    fields = dataclasses.asdict(config)
+    fields.pop("jl_dimensions")
+    return {"study": STEM, "cell": dataclasses.asdict(cell), "config": fields, **setup}
+
+
+def measure_cell(cell: Cell, config: SpeedConfig, setup: dict[str, Any]) -> dict[str, Any]:
+    """``cell`` timed in its own worker (:func:`bench.cells.run_timing`), or its cached row.
+
+    A row cached under exactly :func:`measurement_key` is reused; the full profile caches each
+    row measured without error (atomically, under ``CHECKPOINT_DIR``).
+    """
+    key = measurement_key(cell, config, setup)
+    path = cache.cached_path(CHECKPOINT_DIR, f"{cell.method}_{cell.jl_dimension}", key)
+    cached = cache.load(path, key)
+    if cached is not None:
+        return cached
+    measured = run_timing(
+        cell,
+        device=setup["device"],
+        threads=setup["threads"],
+        warmup=config.warmup,
+        steps=config.timed_lots,
+        budget=config.budget,
+        timeout=config.timeout,
+        module=MODULE,
+    )
+    if measured.get("error") is None and config.profile == "full":
+        cache.store(path, key, measured)
+    return measured
+
+
 def compute(profile: str = "quick") -> None:
     """Time every method (one process each) and save the rows; finished cells are kept."""
+    import torch
     from tqdm import tqdm
 
     config = PROFILES[profile]
@@ -347,29 +409,13 @@ def compute(profile: str = "quick") -> None:
     start = time.perf_counter()
     _imdb_train()  # tokenise once, before the workers
     lots = lots_per_epoch(config)
-    hardware = _hardware(device, threads)
+    here = measuring_setup(device, threads)
+    hardware = here["hardware"]
     rows: list[dict[str, Any]] = []
-    key = f"{profile}_{device}_{threads}"
     progress = tqdm(cells(config), desc="IMDb seconds per epoch", unit="method")
     for cell in progress:
         progress.set_postfix_str(cell.label)
-        path = CHECKPOINT_DIR / f"{key}_{cell.method}_{cell.jl_dimension}.json"
-        if path.is_file():
-            measured = json.loads(path.read_text())
-        else:
-            measured = training._run_cell(
-                cell,
-                device=device,
-                threads=threads,
-                warmup=config.warmup,
-                steps=config.timed_lots,
-                budget=config.budget,
-                timeout=config.timeout,
-                module=MODULE,
-            )
-            if measured.get("error") is None and profile == "full":
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(json.dumps(measured) + "\n")
+        measured = measure_cell(cell, config, here)
         row = _row(cell, measured, lots, hardware)
         rows.append(row)
         progress.write(
@@ -381,8 +427,6 @@ def compute(profile: str = "quick") -> None:
             row["ratio_to_nonprivate"] = row["seconds_per_epoch"] / reference
     if device == "cpu":  # TF Privacy is timed on CPU only: its rows sit beside CPU rows
         rows += tf_privacy_rows()
-    import torch
-
     extra = {
         "seed": 0,
         "hardware": hardware,
@@ -397,4 +441,4 @@ def compute(profile: str = "quick") -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(training._worker(sys.argv[1:], build=build, module=MODULE))
+    sys.exit(timing_worker(sys.argv[1:], build=build, module=MODULE))

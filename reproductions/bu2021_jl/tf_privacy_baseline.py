@@ -45,7 +45,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -55,6 +54,7 @@ from typing import Any
 
 import numpy as np
 
+from bench import protocol
 from dpcore.errors import InvalidParameterError
 from reproductions.bu2021_jl import config as paper
 from reproductions.bu2021_jl.tf_privacy_worker import (
@@ -183,17 +183,23 @@ def run_worker(
 
     At a lot of 256 the vanilla optimizer's worker peaks above 22.7 GiB and the vectorized one's
     at about 16.5 GiB (CPU); in one process the second would start on top of the first's heap.
+    The child prints its dictionary as the one result line of :mod:`bench.protocol` (its
+    progress goes to stderr, shown as it runs).
+
+    Raises:
+        RuntimeError: the child exited without a readable result line (killed for memory,
+            crashed).
     """
-    out = data_path.with_name(f"{method}.json")
     command = [sys.executable, "-m", MODULE, "--worker", method, "--data", str(data_path)]
-    command += ["--config", json.dumps(dataclasses.asdict(config)), "--out", str(out)]
+    command += ["--config", json.dumps(dataclasses.asdict(config))]
     command += ["--checkpoint", str(checkpoint)] if checkpoint is not None else []
-    code = subprocess.run(command, check=False).returncode
-    if code != 0:
-        hint = " (killed: out of memory?)" if code in (-9, 137) else ""
-        raise RuntimeError(f"the worker exited with status {code}{hint}")
-    result: dict[str, Any] = json.loads(out.read_text())
-    return result
+    result = protocol.run_worker(command, show_stderr=True)
+    if result.ok and result.row is not None:
+        return result.row
+    hint = " (killed: out of memory?)" if result.oom else ""
+    if result.status == "unreadable":
+        raise RuntimeError(f"the worker printed an unreadable result line: {result.problem}{hint}")
+    raise RuntimeError(f"the worker exited with status {result.returncode}{hint}")
 
 
 def _version(package: str) -> str | None:
@@ -218,7 +224,12 @@ def lot_exponent(points: Sequence[tuple[int, float]]) -> float | None:
 
 
 def _attempt(
-    method: str, config: TfPrivacyConfig, data: Path, checkpoint: Path | None, extra: dict, key: str
+    method: str,
+    config: TfPrivacyConfig,
+    data: Path,
+    checkpoint: Path | None,
+    extra: dict[str, Any],
+    key: str,
 ) -> list[float] | None:
     """One worker's timed lots, its environment and memory into ``extra``; None if it failed."""
     try:
@@ -322,15 +333,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--lots", type=int, help="timed lots per TF Privacy optimizer (k)")
     parser.add_argument("--threads", type=int, help="TensorFlow threads (default: every core)")
     parser.add_argument("--worker", choices=METHODS, help=argparse.SUPPRESS)
-    for name in ("--config", "--data", "--out", "--checkpoint"):
+    for name in ("--config", "--data", "--checkpoint"):
         parser.add_argument(name, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         fields = json.loads(args.config)
         config = TfPrivacyConfig(**{**fields, "scaling_lots": tuple(fields["scaling_lots"])})
         checkpoint = Path(args.checkpoint) if args.checkpoint else None
-        result = worker(args.worker, config, Path(args.data), checkpoint)
-        Path(args.out).write_text(json.dumps(result) + "\n")
+        protocol.emit_result(worker(args.worker, config, Path(args.data), checkpoint))
         return 0
     print(f"saved {compute(args.profile, lots=args.lots, threads=args.threads)}")
     return 0

@@ -6,6 +6,8 @@ reproductions.bu2021_jl.tf_privacy_baseline --worker ...`` (started by
 configure TensorFlow's threads, build the tutorial's bidirectional LSTM and the optimizer (Keras
 Adam or TF Privacy's DP-Adam, see the driver's docstring), and time warm-up and timed lots
 (:func:`time_method`), resuming from a checkpoint of the lots timed so far (:func:`measure`).
+The child prints what :func:`worker` returns as the one result line of :mod:`bench.protocol`
+(torch-free, like this module); its progress goes to stderr.
 Also the configuration both sides share (:class:`TfPrivacyConfig`, :data:`METHODS`).
 TensorFlow is imported only inside functions.
 """
@@ -16,6 +18,7 @@ import dataclasses
 import json
 import os
 import platform
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.cache import atomic_write_text
 from reproductions.bu2021_jl import config as paper
 
 #: Row names, in the order they are timed.
@@ -222,11 +226,13 @@ def measure(
         bar.update(1)
         bar.set_postfix_str(f"{seconds:.2f} s")
         if checkpoint is not None:
-            checkpoint.parent.mkdir(parents=True, exist_ok=True)
-            checkpoint.write_text(json.dumps({"method": method, "step_seconds": done}) + "\n")
+            atomic_write_text(
+                checkpoint, json.dumps({"method": method, "step_seconds": done}) + "\n"
+            )
 
     warmup = config.dp_warmup if method in DP_METHODS else config.nonprivate_warmup
-    bar.write(f"{method}: {warmup} warm-up lot(s), then {wanted - len(done)} timed")
+    # stderr, like the bar: a worker's stdout carries its result line
+    bar.write(f"{method}: {warmup} warm-up lot(s), then {wanted - len(done)} timed", sys.stderr)
     (timer or time_method)(
         method, config, data, warmup=warmup, lots=wanted - len(done), on_lot=record
     )

@@ -10,20 +10,21 @@ from typing import Any
 import pytest
 
 from bench import training
+from bench.cells import Cell
 
 
 def test_results_are_saved_after_every_cell(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    calls: list[training.Cell] = []
+    calls: list[Cell] = []
 
-    def fake_cell(cell: training.Cell, **_: Any) -> dict[str, Any]:
+    def fake_cell(cell: Cell, **_: Any) -> dict[str, Any]:
         if len(calls) == 3:
             raise KeyboardInterrupt  # the run is stopped during the fourth cell
         calls.append(cell)
         return {"step_seconds": 0.01 * len(calls), "peak_rss_mb": 100.0, "error": None}
 
-    monkeypatch.setattr(training, "_run_cell", fake_cell)
+    monkeypatch.setattr(training, "run_timing", fake_cell)
     with pytest.raises(KeyboardInterrupt):
         training.run(tmp_path, quick=True, models=("mnist_cnn",))
     rows = json.loads((tmp_path / "training.json").read_text())

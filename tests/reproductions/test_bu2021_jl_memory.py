@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
+from pathlib import Path
 
 import pytest
 
-from bench.training import Cell
+from bench import cache, cells
+from bench.cells import Cell
 from dpcore.errors import InvalidParameterError
 from dpcore.torch.models import tf_privacy_mnist_cnn
 from reproductions.bu2021_jl import memory, memory_report, memory_worker
@@ -123,11 +127,11 @@ def test_worker_peak_memory_is_its_own_not_the_parents() -> None:
 
     import numpy as np
 
-    from bench.training import ROOT
+    from bench.cells import ROOT
 
     ballast = np.ones(80_000_000)  # 640 MB resident in this (parent) process
     child = subprocess.run(
-        [sys.executable, "-c", "from bench.training import peak_rss_mb; print(peak_rss_mb())"],
+        [sys.executable, "-c", "from bench.cells import peak_rss_mb; print(peak_rss_mb())"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -180,3 +184,67 @@ def test_sweep_stops_at_a_missing_probe_and_says_so() -> None:
     assert (never["largest_lot"], never["complete"]) == (None, False)
     assert memory_report._lot_text(never) == "not run"
     assert len(probes) == 4
+
+
+def test_a_cached_probe_is_reused_only_under_its_own_key(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Each cached probe is keyed by everything that sets it: another lot, cap, noise
+    multiplier, torch or measuring code is probed again, never read back."""
+    monkeypatch.setattr(memory, "CHECKPOINT_DIR", tmp_path)
+    calls: list[tuple[Cell, int]] = []
+
+    def fake_run_capped(cell: Cell, lot: int, **options: object) -> dict:
+        calls.append((cell, lot))
+        return {"exceeded_cap": False, "peak_rss_mb": 500.0, "step_seconds": 0.1, "error": None}
+
+    monkeypatch.setattr(cells, "run_capped", fake_run_capped)
+    full = memory.PROFILES["full"]
+    setup = {"device": "cpu", "hardware": "CPU", "torch": "2.x", "code": "v1"}
+    method = memory.Method("dpsgd_jl", 10, per_direction=True)
+
+    def probe(config: memory.MemoryConfig = full, here: dict = setup, lot: int = 1024) -> dict:
+        return memory.run_probe(config, here, "wide", memory.WIDE_WIDTH, method, lot)
+
+    first = probe()
+    assert first["outcome"] == "fits" and first["batch_size"] == 1024
+    assert calls == [(Cell("mnist_cnn", "dpsgd_jl", "width=26,per_direction", 10), 1024)]
+    assert probe() == first and len(calls) == 1
+    probe(lot=2048)
+    probe(dataclasses.replace(full, cap_mb=1024.0))
+    probe(dataclasses.replace(full, threads=2))
+    probe(here={**setup, "code": "v2"})
+    probe(here={**setup, "torch": "3.x"})
+    assert len(calls) == 6
+    with monkeypatch.context() as patch:
+        patch.setattr(cells, "NOISE_MULTIPLIER", 2.0)
+        probe()
+    assert len(calls) == 7
+    # the search ranges and the list of methods say which probes run, not what one measures
+    probe(dataclasses.replace(full, small_log2=(3, 4), methods=(method,)))
+    assert len(calls) == 7
+    # a file stored under another key is ignored, even at the expected place
+    cell = calls[0][0]
+    key = memory.probe_key(full, setup, "wide", cell, 1024)
+    (path,) = [p for p in tmp_path.iterdir() if cache.load(p, key) is not None]
+    stale = json.loads(path.read_text())
+    stale["key"]["batch_size"] = 512
+    path.write_text(json.dumps(stale))
+    probe()
+    assert len(calls) == 8 and cache.load(path, key) == first
+    # the quick profile stores nothing
+    probe(memory.PROFILES["quick"])
+    probe(memory.PROFILES["quick"])
+    assert len(calls) == 10
+
+
+def test_the_probe_key_holds_the_code_fingerprint(monkeypatch: pytest.MonkeyPatch) -> None:
+    modules: list[tuple[str, ...]] = []
+    monkeypatch.setattr(memory, "code_fingerprint", lambda *names: modules.append(names) or "f")
+    here = memory.measuring_setup("cpu", "CPU, 1 torch thread(s)")
+    assert here["code"] == "f"
+    assert {"dpcore.torch", "bench", memory.MODULE} <= set(modules[0])
+    key = memory.probe_key(memory.PROFILES["full"], here, "small", Cell("m", "nonprivate"), 4096)
+    assert key["batch_size"] == 4096 and key["noise_multiplier"] == cells.NOISE_MULTIPLIER
+    assert key["config"]["cap_mb"] == 8192.0 and key["code"] == "f"
+    assert "small_log2" not in key["config"] and "methods" not in key["config"]

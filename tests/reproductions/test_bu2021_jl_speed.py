@@ -6,6 +6,7 @@ check arithmetic and rendering on fake rows, and one real step of each step buil
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -13,7 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from bench.training import Cell
+from bench import cache
+from bench.cells import Cell
 from reproductions.bu2021_jl import speed, speed_report
 
 
@@ -203,3 +205,71 @@ def test_step_builders_train_on_fake_reviews(monkeypatch: pytest.MonkeyPatch, ce
     step()
     changed = any(not torch.equal(b, p) for b, p in zip(before, model.parameters(), strict=True))
     assert changed
+
+
+def test_a_cached_measurement_is_reused_only_under_its_own_key(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Each cached timing is keyed by everything that sets it: another lot size, noise
+    multiplier, warm-up, torch or measuring code is timed again, never read back."""
+    monkeypatch.setattr(speed, "CHECKPOINT_DIR", tmp_path)
+    calls: list[dict] = []
+
+    def fake_run_timing(cell: Cell, **options: object) -> dict:
+        calls.append(dict(options))
+        return {"step_seconds": 0.5, "step_seconds_all": [0.5, 0.5], "error": None}
+
+    monkeypatch.setattr(speed, "run_timing", fake_run_timing)
+    full = speed.PROFILES["full"]
+    setup = {"device": "cpu", "threads": 2, "hardware": "CPU", "torch": "2.x", "code": "v1"}
+    cell = Cell("imdb_lstm", "dp_adam_jl", "lstm", 5)
+    first = speed.measure_cell(cell, full, setup)
+    assert speed.measure_cell(cell, full, setup) == first and len(calls) == 1
+    assert calls[0]["module"] == speed.MODULE and calls[0]["threads"] == 2
+    changed = [
+        (dataclasses.replace(full, lot_size=128), setup),
+        (dataclasses.replace(full, noise_multiplier=2.0), setup),
+        (dataclasses.replace(full, warmup=3), setup),
+        (dataclasses.replace(full, timed_lots=5), setup),
+        (full, {**setup, "code": "v2"}),
+        (full, {**setup, "torch": "3.x"}),
+        (full, {**setup, "device": "cuda"}),
+    ]
+    for config, here in changed:
+        speed.measure_cell(cell, config, here)
+    assert len(calls) == 1 + len(changed)
+    # which JL dimensions a run times says which cells run, not how one is timed
+    speed.measure_cell(cell, dataclasses.replace(full, jl_dimensions=(5,)), setup)
+    assert len(calls) == 1 + len(changed)
+    # a file at the right place but stored under another key is ignored (and replaced)
+    key = speed.measurement_key(cell, full, setup)
+    path = cache.cached_path(tmp_path, "dp_adam_jl_5", key)
+    stale = json.loads(path.read_text())
+    stale["key"]["config"]["lot_size"] = 999
+    path.write_text(json.dumps(stale))
+    speed.measure_cell(cell, full, setup)
+    assert len(calls) == 2 + len(changed)
+    assert cache.load(path, key) == first
+    # the quick profile reads nothing it did not store, and stores nothing
+    quick = speed.PROFILES["quick"]
+    speed.measure_cell(cell, quick, setup)
+    speed.measure_cell(cell, quick, setup)
+    assert len(calls) == 4 + len(changed)
+
+
+def test_the_cache_key_holds_the_code_fingerprint(monkeypatch: pytest.MonkeyPatch) -> None:
+    fingerprinted: list[tuple[str, ...]] = []
+
+    def fingerprint(*modules: str) -> str:
+        fingerprinted.append(modules)
+        return "f" * 16
+
+    monkeypatch.setattr(speed, "code_fingerprint", fingerprint)
+    here = speed.measuring_setup("cpu", 1)
+    assert here["code"] == "f" * 16 and here["torch"] == torch.__version__
+    assert {"dpcore.torch", "bench", speed.MODULE} <= set(fingerprinted[0])
+    key = speed.measurement_key(
+        Cell("imdb_lstm", "nonprivate", "lstm"), speed.PROFILES["full"], here
+    )
+    assert key["config"]["lot_size"] == 256 and key["config"]["noise_multiplier"] == 1.0
+    assert key["config"]["warmup"] == 2 and key["code"] == "f" * 16

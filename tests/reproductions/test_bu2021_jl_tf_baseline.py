@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import reproductions.common as common
+from bench import protocol
 from dpcore.errors import InvalidParameterError
 from reproductions.bu2021_jl import tf_privacy_baseline as tfp
 from reproductions.bu2021_jl import tf_privacy_worker as tfw
@@ -234,7 +235,9 @@ def test_checkpoints_depend_on_the_setup_not_on_the_number_of_lots() -> None:
     assert tfp._checkpoint(fewer_threads, "tf_privacy_vanilla", "2.15.1") != path
 
 
-def test_worker_command_line_round_trip(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_worker_command_line_round_trip(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setattr(tfw, "configure_tensorflow", lambda threads: {"threads_seen": threads})
     monkeypatch.setattr(tfw, "time_method", fake_timer)
 
@@ -246,12 +249,49 @@ def test_worker_command_line_round_trip(monkeypatch: pytest.MonkeyPatch, tmp_pat
     data = tmp_path / "data.npz"
     np.savez(data, x=np.zeros((4, 150), np.int32), y=np.zeros(4, np.float32))
     config = dataclasses.replace(tfp.PROFILES["quick"], dp_lots=3, threads=2)
-    out = tmp_path / "out.json"
-    arguments = ["--worker", "tf_privacy_vanilla", "--data", str(data), "--out", str(out)]
+    arguments = ["--worker", "tf_privacy_vanilla", "--data", str(data)]
     assert tfp.main([*arguments, "--config", json.dumps(dataclasses.asdict(config))]) == 0
-    result = json.loads(out.read_text())
-    assert result["step_seconds"] == [40.0] * 3
+    # the worker's stdout is its one result line (bench.protocol); progress is on stderr
+    out = capsys.readouterr().out
+    assert out.startswith(protocol.RESULT_PREFIX) and out.count("\n") == 1
+    result = protocol.find_result(out)
+    assert result is not None and result["step_seconds"] == [40.0] * 3
     assert result["environment"] == {"threads_seen": 2} and result["parameters"] == 586_369
+
+
+@pytest.mark.parametrize(
+    ("outcome", "message"),
+    [
+        (
+            protocol.WorkerResult("crashed", returncode=-9),
+            "the worker exited with status -9 (killed: out of memory?)",
+        ),
+        (protocol.WorkerResult("crashed", returncode=1), "the worker exited with status 1"),
+        (
+            protocol.WorkerResult("unreadable", returncode=0, problem="the line is not JSON"),
+            "the worker printed an unreadable result line: the line is not JSON",
+        ),
+    ],
+)
+def test_a_failed_worker_is_an_error_with_its_reason(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, outcome: Any, message: str
+) -> None:
+    commands: list[list[str]] = []
+
+    def run_worker(command: list[str], **options: Any) -> protocol.WorkerResult:
+        commands.append(command)
+        assert options == {"show_stderr": True}  # the worker's progress stays visible
+        return outcome
+
+    monkeypatch.setattr(protocol, "run_worker", run_worker)
+    config = tfp.PROFILES["quick"]
+    with pytest.raises(RuntimeError) as raised:
+        tfp.run_worker("tf_privacy_vanilla", config, tmp_path / "data.npz", None)
+    assert str(raised.value) == message
+    assert commands[0][1:5] == ["-m", tfp.MODULE, "--worker", "tf_privacy_vanilla"]
+    ok = protocol.WorkerResult("ok", row={"step_seconds": [1.0]}, returncode=0)
+    monkeypatch.setattr(protocol, "run_worker", lambda command, **options: ok)
+    assert tfp.run_worker("keras_nonprivate", config, tmp_path / "d.npz", None) == ok.row
 
 
 def test_importing_the_module_does_not_import_tensorflow() -> None:

@@ -1,0 +1,601 @@
+"""Benchmark cells: what one measurement is, how it is built, and how it runs in its own process.
+
+The public API that :mod:`bench.training`, :mod:`bench.training_memory`, :mod:`bench.logical_lots`
+and the DP-SGD-JL reproductions (:mod:`reproductions.bu2021_jl.speed`, ``.memory``) share:
+
+- :class:`Cell`: one (model, method[, variant, JL dimension]) measurement;
+- worker side: :func:`make_model`, :func:`make_lot` and :func:`step_function` build a cell's
+  model, random lot and full optimizer step; :func:`measure_steps` times steps (the training
+  benchmark), :func:`measure_memory` takes one warm-up and one timed step at a given lot (the
+  memory searches); :func:`timing_worker` and :func:`memory_worker` are the ``--worker`` command
+  lines around them, each taking a ``build`` hook for a study's own model and step;
+- parent side: :func:`run_cell` runs one cell in a fresh ``python -m <module> --worker`` process
+  and returns a typed :class:`~bench.protocol.WorkerResult`; :func:`run_timing` and
+  :func:`run_capped` turn it into the result rows of the timing and memory benchmarks;
+- the result-line protocol and out-of-memory detection (:mod:`bench.protocol`, torch-free):
+  :func:`emit_result`, :class:`WorkerResult`, :func:`is_oom`, :func:`peak_rss_mb`.
+
+torch is imported only inside the functions that need it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.protocol import (
+    POLL_SECONDS,
+    RESULT_PREFIX,
+    WorkerResult,
+    emit_result,
+    is_oom,
+    peak_rss_mb,
+    run_worker,
+)
+
+__all__ = [
+    "BATCH_SIZE",
+    "LEARNING_RATE",
+    "MAX_GRAD_NORM",
+    "MEMORY_WARMUP_LIMIT_SECONDS",
+    "NOISE_MULTIPLIER",
+    "OPACUS_MODES",
+    "POLL_SECONDS",
+    "RESULT_PREFIX",
+    "ROOT",
+    "Cell",
+    "MemoryBuild",
+    "TimingBuild",
+    "WorkerResult",
+    "emit_result",
+    "is_oom",
+    "make_lot",
+    "make_model",
+    "measure_memory",
+    "measure_steps",
+    "memory_worker",
+    "peak_rss_mb",
+    "run_capped",
+    "run_cell",
+    "run_timing",
+    "step_function",
+    "timing_worker",
+    "worker_command",
+]
+
+#: The repository root: workers run there (``python -m bench...`` / ``reproductions...``).
+ROOT = Path(__file__).resolve().parents[1]
+#: The training benchmark's lot, noise multiplier, clipping norm and SGD learning rate.
+BATCH_SIZE = 256
+NOISE_MULTIPLIER = 1.0
+MAX_GRAD_NORM = 1.0
+LEARNING_RATE = 0.05
+#: Opacus' ``grad_sample_mode`` values, each an ``opacus_<mode>`` method.
+OPACUS_MODES = ("hooks", "functorch", "ew", "ghost")
+#: :func:`measure_memory` skips the timed step after a warm-up (first) step longer than this:
+#: an engine's first lot runs one-time checks (dpcore's fast path: a reference backward and an
+#: eval-mode pass comparing three examples' norms), so it may take longer than a step.
+MEMORY_WARMUP_LIMIT_SECONDS = 180.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """One measurement: a model (``mnist_cnn``, ``imdb_lstm``), a method and its options.
+
+    ``method`` is ``nonprivate``, ``dpsgd_exact``, ``dpsgd_vmap``, ``dpsgd_jl`` or
+    ``opacus_<mode>`` for :func:`step_function` (a study's own ``build`` hook may use others);
+    ``variant`` picks a form of the model (e.g. ``"lstm"`` or ``"dplstm"``); ``jl_dimension`` is
+    the r of DP-SGD-JL.
+
+    Example:
+        >>> cell = Cell("imdb_lstm", "dpsgd_jl", "lstm", 5)
+        >>> cell.label, Cell.from_json(cell.to_json()) == cell
+        ('imdb_lstm dpsgd_jl lstm r=5', True)
+    """
+
+    model: str
+    method: str
+    variant: str | None = None
+    jl_dimension: int | None = None
+
+    @property
+    def label(self) -> str:
+        """``model method [variant] [r=...]``, for progress lines."""
+        parts = [self.model, self.method]
+        if self.variant is not None:
+            parts.append(self.variant)
+        if self.jl_dimension is not None:
+            parts.append(f"r={self.jl_dimension}")
+        return " ".join(parts)
+
+    def to_json(self) -> str:
+        """The cell as a JSON object (how it is passed to a worker)."""
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> Cell:
+        """The cell of :meth:`to_json`'s text."""
+        return cls(**json.loads(text))
+
+
+#: ``build(cell, device)`` -> ``(model, step)``: a timing study's own model and step.
+TimingBuild = Callable[[Cell, Any], tuple[Any, Callable[[], None]]]
+#: ``build(cell, batch_size, device)`` -> ``(model, step)``: a memory study's own model and step.
+MemoryBuild = Callable[[Cell, int, str], tuple[Any, Callable[[], None]]]
+
+
+# ----------------------------------------------------------------------------- model, lot, step
+
+
+def make_lot(model: str, device: Any, batch_size: int = BATCH_SIZE) -> tuple[Any, Any]:
+    """``(inputs, targets)``: a fixed random lot of ``batch_size`` for ``model``, on ``device``.
+
+    ``mnist_cnn``: float32 ``(batch_size, 1, 28, 28)`` images uniform in [0, 1) and 10 classes;
+    otherwise (``imdb_lstm``): ``(batch_size, 150)`` token ids below 8000 and binary labels.
+    Seeded: the same lot every call (timing and memory do not depend on the values).
+    """
+    import torch
+
+    from dpcore.torch.models import IMDB_SEQUENCE_LENGTH
+
+    generator = torch.Generator().manual_seed(1)
+    if model == "mnist_cnn":
+        inputs = torch.rand(batch_size, 1, 28, 28, generator=generator)
+        targets = torch.randint(0, 10, (batch_size,), generator=generator)
+    else:
+        inputs = torch.randint(0, 8000, (batch_size, IMDB_SEQUENCE_LENGTH), generator=generator)
+        targets = torch.randint(0, 2, (batch_size,), generator=generator).float()
+    return inputs.to(device), targets.to(device)
+
+
+def _losses(model: str) -> tuple[Any, Any]:
+    """``(per-example loss, mean loss)``: cross-entropy on MNIST, logistic on IMDb."""
+    from torch import nn
+
+    if model == "mnist_cnn":
+        return nn.CrossEntropyLoss(reduction="none"), nn.CrossEntropyLoss()
+    return nn.BCEWithLogitsLoss(reduction="none"), nn.BCEWithLogitsLoss()
+
+
+def make_model(cell: Cell) -> Any:
+    """The seeded model of ``cell`` (on CPU): the TF Privacy MNIST CNN, or the IMDb LSTM with
+    ``nn.LSTM`` (variant ``lstm``), dpcore's ``DPLSTM`` (``dplstm``) or Opacus' ``DPLSTM``
+    (``opacus_dplstm``)."""
+    import torch
+
+    from dpcore.torch.models import imdb_lstm, tf_privacy_mnist_cnn
+
+    torch.manual_seed(0)
+    if cell.model == "mnist_cnn":
+        return tf_privacy_mnist_cnn()
+    if cell.variant == "opacus_dplstm":
+        from opacus import layers as opacus_layers
+
+        model = imdb_lstm(recurrent="lstm")
+        model.lstm = opacus_layers.DPLSTM(64, 64, batch_first=True, bidirectional=True)
+        return model
+    return imdb_lstm(recurrent="dplstm" if cell.variant == "dplstm" else "lstm")
+
+
+def step_function(
+    cell: Cell, model: Any, inputs: Any, targets: Any, batch_size: int = BATCH_SIZE
+) -> Callable[[], None]:
+    """A closure doing one full optimizer step of ``cell``'s method on the fixed lot.
+
+    ``nonprivate``: forward, mean loss, backward, SGD step; ``dpsgd_exact`` / ``dpsgd_vmap`` /
+    ``dpsgd_jl``: ``FastEngine`` / ``VmapEngine`` / ``JLEngine`` (r = ``cell.jl_dimension``)
+    ``clipped_sum`` then ``DPOptimizer.step``; ``opacus_<mode>``: Opacus' own loop. ``batch_size``
+    is the (expected) lot size the DP optimizers are told; it should match ``len(inputs)``.
+    """
+    import torch
+
+    from dpcore.torch.optimizers import DPOptimizer
+    from dpcore.torch.per_example.fast import FastEngine
+    from dpcore.torch.per_example.jl import JLEngine
+    from dpcore.torch.per_example.vmap import VmapEngine
+
+    per_example, mean_loss = _losses(cell.model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
+    if cell.method == "nonprivate":
+
+        def nonprivate() -> None:
+            optimizer.zero_grad(set_to_none=True)
+            mean_loss(model(inputs), targets).backward()
+            optimizer.step()
+
+        return nonprivate
+    if cell.method.startswith("dpsgd_"):
+        engine: Any
+        if cell.method == "dpsgd_exact":
+            engine = FastEngine(model, max_grad_norm=MAX_GRAD_NORM)
+        elif cell.method == "dpsgd_vmap":
+            engine = VmapEngine(model, max_grad_norm=MAX_GRAD_NORM)
+        else:
+            assert cell.jl_dimension is not None
+            engine = JLEngine(model, max_grad_norm=MAX_GRAD_NORM, jl_dimension=cell.jl_dimension)
+        private = DPOptimizer(
+            optimizer,
+            engine=engine,
+            noise_multiplier=NOISE_MULTIPLIER,
+            expected_batch_size=batch_size,
+        )
+
+        def dpsgd() -> None:
+            private.step(engine.clipped_sum(inputs, targets, per_example))
+
+        return dpsgd
+    mode = cell.method.removeprefix("opacus_")
+    return _opacus_step(mode, model, inputs, targets, mean_loss, batch_size)
+
+
+def _opacus_step(
+    mode: str,
+    model: Any,
+    inputs: Any,
+    targets: Any,
+    criterion: Any,
+    batch_size: int = BATCH_SIZE,
+) -> Callable[[], None]:
+    """Opacus' own loop: wrapped model forward, loss, backward, DP optimizer step."""
+    import torch
+    from opacus import PrivacyEngine
+    from torch.utils.data import DataLoader, TensorDataset
+
+    optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
+    # make_private reads the expected lot size off a loader; with poisson_sampling=False it is
+    # not resampled, and the fixed lot below is fed to the wrapped model directly.
+    loader = DataLoader(TensorDataset(inputs.cpu(), targets.cpu()), batch_size=batch_size)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        made = PrivacyEngine().make_private(
+            module=model,
+            optimizer=optimizer,
+            criterion=criterion,
+            data_loader=loader,
+            noise_multiplier=NOISE_MULTIPLIER,
+            max_grad_norm=MAX_GRAD_NORM,
+            poisson_sampling=False,
+            grad_sample_mode=mode,
+        )
+    if mode == "ghost":  # (module, optimizer, criterion wrapper, loader): two-pass backward
+        wrapped, private, criterion = made[0], made[1], made[2]
+    else:
+        wrapped, private = made[0], made[1]
+
+    def opacus() -> None:
+        private.zero_grad(set_to_none=True)
+        criterion(wrapped(inputs), targets).backward()
+        private.step()
+
+    return opacus
+
+
+# ----------------------------------------------------------------------------- worker side
+
+
+def measure_steps(
+    cell: Cell,
+    *,
+    device: str,
+    threads: int,
+    warmup: int,
+    steps: int,
+    budget: float | None = None,
+    build: TimingBuild | None = None,
+) -> dict[str, Any]:
+    """Time ``cell`` in this process: ``warmup`` untimed steps, then the median of ``steps``.
+
+    With a ``budget`` (seconds), only ``clamp(budget // last warm-up step, 1, steps)`` steps are
+    timed, so a slow method costs a bounded time in the quick profile. ``build(cell, device)``,
+    when given, returns ``(model, step)`` instead of :func:`make_model`, :func:`make_lot` and
+    :func:`step_function` (other timing studies reuse the loop with their own data and
+    optimizer). An exception is recorded in the row's ``error``, not raised.
+    """
+    import torch
+
+    torch.set_num_threads(threads)
+    flush = torch.set_flush_denormal(True)
+    where = torch.device(device)
+    cuda = where.type == "cuda"
+    row: dict[str, Any] = {
+        "step_seconds": None,
+        "step_seconds_all": None,
+        "baseline_rss_mb": None,
+        "peak_rss_mb": None,
+        "peak_gpu_mb": None,
+        "timed_steps": None,
+        "warmup_seconds": None,
+        "parameters": None,
+        "flush_denormal": bool(flush),
+        "error": None,
+    }
+    try:
+        if build is None:
+            model = make_model(cell).to(where)
+            inputs, targets = make_lot(cell.model, where)
+            step = step_function(cell, model, inputs, targets)
+        else:
+            model, step = build(cell, where)
+        row["parameters"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        row["baseline_rss_mb"] = peak_rss_mb()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            warm = []
+            for _ in range(warmup):
+                start = time.perf_counter()
+                step()
+                if cuda:
+                    torch.cuda.synchronize()
+                warm.append(time.perf_counter() - start)
+            if cuda:
+                torch.cuda.reset_peak_memory_stats()
+            count = steps
+            if budget is not None and warm:
+                count = max(1, min(steps, int(budget // max(warm[-1], 1e-9))))
+            row["warmup_seconds"] = warm
+            row["timed_steps"] = count
+            times = []
+            for _ in range(count):
+                start = time.perf_counter()
+                step()
+                if cuda:
+                    torch.cuda.synchronize()
+                times.append(time.perf_counter() - start)
+        row["step_seconds"] = statistics.median(times)
+        row["step_seconds_all"] = times
+        if cuda:
+            row["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    except Exception as error:  # recorded, not raised: one failing method must not stop the run
+        row["error"] = f"{type(error).__name__}: {error}"[:2000]
+        row["step_seconds"] = row["step_seconds_all"] = None
+    row["peak_rss_mb"] = peak_rss_mb()
+    return row
+
+
+def measure_memory(
+    cell: Cell,
+    batch_size: int,
+    *,
+    threads: int = 1,
+    build: MemoryBuild | None = None,
+    device: str = "cpu",
+) -> dict[str, Any]:
+    """One warm-up step then one timed step of ``cell`` on a lot of ``batch_size``, here.
+
+    ``build(cell, batch_size, device)``, when given, returns ``(model, step)`` in place of
+    :func:`make_model`, :func:`make_lot` and :func:`step_function` (other studies reuse this
+    measurement with their own models). The timed step is skipped (``skipped: "too slow"``)
+    after a warm-up longer than :data:`MEMORY_WARMUP_LIMIT_SECONDS`. With ``device="cuda"`` the
+    model and lot live on the GPU and ``peak_gpu_mb`` is ``torch.cuda.max_memory_allocated``
+    (None on CPU). An exception (out-of-memory included) is recorded in ``error``, not raised.
+    """
+    import torch
+
+    torch.set_num_threads(threads)
+    torch.set_flush_denormal(True)
+    cuda = device == "cuda"
+    row: dict[str, Any] = {
+        "step_seconds": None,
+        "warmup_seconds": None,
+        "baseline_rss_mb": None,
+        "peak_rss_mb": None,
+        "peak_gpu_mb": None,
+        "skipped": None,
+        "error": None,
+    }
+    try:
+        if build is None:
+            model = make_model(cell).to(device)
+            inputs, targets = make_lot(cell.model, device, batch_size)
+            step = step_function(cell, model, inputs, targets, batch_size)
+        else:
+            model, step = build(cell, batch_size, device)
+        row["baseline_rss_mb"] = peak_rss_mb()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            start = time.perf_counter()
+            step()
+            if cuda:
+                torch.cuda.synchronize()
+            row["warmup_seconds"] = time.perf_counter() - start
+            if row["warmup_seconds"] > MEMORY_WARMUP_LIMIT_SECONDS:
+                row["skipped"] = "too slow"
+            else:
+                start = time.perf_counter()
+                step()
+                if cuda:
+                    torch.cuda.synchronize()
+                row["step_seconds"] = time.perf_counter() - start
+    except (Exception, MemoryError) as error:  # recorded: the parent decides what it means
+        row["error"] = f"{type(error).__name__}: {error}"[:2000]
+    row["peak_rss_mb"] = peak_rss_mb()
+    if cuda:
+        row["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    return row
+
+
+def _worker_parser(module: str) -> argparse.ArgumentParser:
+    """The options every worker takes: the cell (``--worker``), ``--device``, ``--threads``."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module} --worker")
+    parser.add_argument("--worker", required=True, help="the cell, as JSON")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=1)
+    return parser
+
+
+def timing_worker(
+    argv: Sequence[str], *, build: TimingBuild | None = None, module: str = "bench.training"
+) -> int:
+    """``python -m <module> --worker CELL --warmup N --steps N [--budget S] [--device D]
+    [--threads N]``: :func:`measure_steps` here, then its row as the one result line.
+
+    ``module`` (whose ``__main__`` calls this, with its ``build`` hook) names the program in
+    usage messages. Returns the exit status (0).
+    """
+    parser = _worker_parser(module)
+    parser.add_argument("--warmup", type=int, required=True)
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--budget", type=float, default=None)
+    args = parser.parse_args(list(argv))
+    row = measure_steps(
+        Cell.from_json(args.worker),
+        device=args.device,
+        threads=args.threads,
+        warmup=args.warmup,
+        steps=args.steps,
+        budget=args.budget,
+        build=build,
+    )
+    emit_result(row)
+    return 0
+
+
+def memory_worker(
+    argv: Sequence[str],
+    *,
+    build: MemoryBuild | None = None,
+    module: str = "bench.training_memory",
+) -> int:
+    """``python -m <module> --worker CELL --batch-size N [--device D] [--threads N]``:
+    :func:`measure_memory` here, then its row as the one result line (exit status 0)."""
+    parser = _worker_parser(module)
+    parser.add_argument("--batch-size", type=int, required=True)
+    args = parser.parse_args(list(argv))
+    row = measure_memory(
+        Cell.from_json(args.worker),
+        args.batch_size,
+        threads=args.threads,
+        build=build,
+        device=args.device,
+    )
+    emit_result(row)
+    return 0
+
+
+# ----------------------------------------------------------------------------- parent side
+
+
+def worker_command(cell: Cell, module: str, **options: Any) -> list[str]:
+    """``python -m <module> --worker <cell JSON> --<option>=<value> ...`` (None: left out).
+
+    Example:
+        >>> worker_command(Cell("mnist_cnn", "nonprivate"), "bench.training", batch_size=8,
+        ...                budget=None)[2:]  # doctest: +NORMALIZE_WHITESPACE
+        ['bench.training', '--worker',
+         '{"model": "mnist_cnn", "method": "nonprivate", "variant": null, "jl_dimension": null}',
+         '--batch-size=8']
+    """
+    flags = [
+        f"--{name.replace('_', '-')}={value}"
+        for name, value in options.items()
+        if value is not None
+    ]
+    return [sys.executable, "-m", module, "--worker", cell.to_json(), *flags]
+
+
+def run_cell(
+    cell: Cell,
+    *,
+    module: str,
+    timeout: float | None = None,
+    cap_mb: float | None = None,
+    poll_seconds: float = POLL_SECONDS,
+    **options: Any,
+) -> WorkerResult:
+    """Run ``cell`` in a fresh worker process (``python -m <module> --worker ...`` in
+    :data:`ROOT`, ``options`` as its flags) and return what became of it.
+
+    ``module``'s ``__main__`` must call :func:`timing_worker` or :func:`memory_worker` (or
+    another worker that prints one result line). ``cap_mb`` and ``timeout`` are enforced as in
+    :func:`bench.protocol.run_worker`; nothing the worker does raises here.
+    """
+    return run_worker(
+        worker_command(cell, module, **options),
+        cwd=ROOT,
+        timeout=timeout,
+        cap_mb=cap_mb,
+        poll_seconds=poll_seconds,
+    )
+
+
+def run_timing(
+    cell: Cell,
+    *,
+    device: str,
+    threads: int,
+    warmup: int,
+    steps: int,
+    budget: float | None,
+    timeout: float,
+    module: str = "bench.training",
+) -> dict[str, Any]:
+    """:func:`measure_steps` of ``cell`` in a fresh worker of ``module``: its result row.
+
+    A worker that fails without a row gives ``{"error": ...}`` alone: ``"timed out after T s"``
+    or ``"worker exited with status N: <end of its output>"``.
+    """
+    result = run_cell(
+        cell,
+        module=module,
+        timeout=timeout,
+        device=device,
+        threads=threads,
+        warmup=warmup,
+        steps=steps,
+        budget=budget,
+    )
+    if result.ok:
+        return dict(result.row or {})
+    return {"error": result.error}
+
+
+def run_capped(
+    cell: Cell,
+    batch_size: int,
+    *,
+    cap_mb: float,
+    timeout: float,
+    threads: int = 1,
+    module: str = "bench.training_memory",
+    device: str = "cpu",
+    poll_seconds: float = POLL_SECONDS,
+) -> dict[str, Any]:
+    """:func:`measure_memory` of ``cell`` at ``batch_size`` in a fresh worker of ``module``,
+    killed if its resident set passes ``cap_mb`` or it outlives ``timeout``: its result row.
+
+    The row always has ``polled_rss_mb`` (the largest ``VmRSS`` the parent read) and
+    ``exceeded_cap``. Killed above the cap, or a worker whose own peak (``VmHWM``) ended above
+    it (a spike between two polls): ``exceeded_cap: true`` and ``peak_rss_mb: null``. Killed
+    for time: ``skipped: "too slow"`` and ``error: "killed after T s"``. Exited without a
+    row: ``error: "worker exited with status N: ..."`` (see :func:`is_oom`).
+    """
+    result = run_cell(
+        cell,
+        module=module,
+        timeout=timeout,
+        cap_mb=cap_mb,
+        poll_seconds=poll_seconds,
+        batch_size=batch_size,
+        threads=threads,
+        device=device,
+    )
+    row: dict[str, Any] = {"polled_rss_mb": result.polled_rss_mb, "exceeded_cap": False}
+    if result.status == "over_cap":
+        return {**row, "exceeded_cap": True, "peak_rss_mb": None, "step_seconds": None}
+    if result.status == "timeout":
+        return {**row, "skipped": "too slow", "error": f"killed after {timeout:.0f} s"}
+    if not result.ok:
+        return {**row, "error": result.error}
+    row.update(result.row or {})
+    if row.get("peak_rss_mb") is not None and row["peak_rss_mb"] > cap_mb:
+        row["exceeded_cap"] = True  # a spike between two polls
+        row["peak_rss_mb"] = None
+    return row
