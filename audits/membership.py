@@ -36,6 +36,7 @@ from audits.results_io import RESULTS, load, save
 from dpcore.accountants import PldAccountant, RdpAccountant
 from dpcore.auditing import one_run_epsilon_lower_bound
 from dpcore.calibration import calibrate_noise
+from dpcore.data import load_adult_features
 from dpcore.events import dpsgd_event
 from dpcore.torch.samplers import PoissonSampler
 from dpcore.torch.training import DPTrainer
@@ -45,7 +46,7 @@ from dpcore.torch.training import DPTrainer
 class MembershipConfig:
     """One audit: data source, sizes, training recipe and the claimed epsilons."""
 
-    dataset: str = "adult"  # "adult" (the ERM reproduction's features) or "generated"
+    dataset: str = "adult"  # "adult" (unit-norm rows with an intercept, as in ERM) or "generated"
     base_size: int = 2000
     canaries: int = 1000
     guesses_each_side: int = 100
@@ -66,12 +67,10 @@ def _data(config: MembershipConfig) -> tuple[np.ndarray, np.ndarray]:
     """Features (rows of norm <= 1) and labels in {0, 1}: base set first, then canaries."""
     need = config.base_size + config.canaries
     if config.dataset == "adult":
-        from reproductions.erm.data import adult
-
-        (x, y), _ = adult()
+        (x, y), _ = load_adult_features(intercept=True, unit_norm=True)
         rng = np.random.default_rng(config.seed)
         chosen = rng.permutation(len(y))[:need]
-        return x[chosen].astype(np.float32), (y[chosen] > 0).astype(np.int64)
+        return x[chosen].astype(np.float32), (y[chosen] == 1).astype(np.int64)
     rng = np.random.default_rng(config.seed)
     x = rng.normal(size=(need, 20)).astype(np.float32)
     x /= np.linalg.norm(x, axis=1, keepdims=True)

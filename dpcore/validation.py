@@ -22,14 +22,6 @@ def _real(name: str, value: object, constraint: str) -> float:
     return result
 
 
-def check_finite(name: str, value: object) -> float:
-    """Any finite real number."""
-    result = _real(name, value, "finite")
-    if not math.isfinite(result):
-        raise InvalidParameterError(name, "to be finite", value)
-    return result
-
-
 def check_positive(name: str, value: object, *, allow_infinity: bool = False) -> float:
     """A real number > 0 (finite unless ``allow_infinity``)."""
     result = _real(name, value, "> 0")

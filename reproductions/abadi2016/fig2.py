@@ -8,14 +8,12 @@ interval. :func:`compute` saves the data; :func:`plot` draws only from the saved
 from __future__ import annotations
 
 import dataclasses
-import warnings
 
 from tqdm import tqdm
 
-from dpcore.accountants import accountant_class
-from dpcore.accountants.pld import PldAccountant
+from dpcore.accountants.report import epsilon_report
 from dpcore.events import dpsgd_event
-from reproductions.common import FIGURES, finite_or_none, load_results, save_results
+from reproductions.common import FIGURES, load_results, save_results
 
 STEM = "abadi2016_fig2_epsilon_vs_epochs"
 
@@ -50,16 +48,9 @@ def compute(config: Fig2Config = Fig2Config()) -> None:
             steps=epochs * steps_per_epoch,
         )
         row: dict[str, float | int | None] = {"epochs": epochs, "steps": epochs * steps_per_epoch}
-        for name in config.accountants:
-            accountant = accountant_class(name)().compose(event)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # order-grid notes do not change the bound
-                if isinstance(accountant, PldAccountant):
-                    interval = accountant.get_epsilon_interval(config.delta)
-                    row["pld_lower"] = finite_or_none(interval.lower)
-                    row["pld_upper"] = finite_or_none(interval.upper)
-                else:
-                    row[name] = finite_or_none(accountant.get_epsilon(config.delta))
+        # Columns: one per accountant ("advanced", "moments", "rdp"), "pld_lower"/"pld_upper".
+        report = epsilon_report(event, config.delta, config.accountants)
+        row.update({key.removeprefix("epsilon_"): value for key, value in report.items()})
         rows.append(row)
     save_results(STEM, config=config, rows=rows)
 

@@ -8,10 +8,11 @@ one row is one privacy unit) and test inputs and targets.
   words (the paper's vocabulary size and length, Sec. 5.2; our tokeniser and vocabulary are
   :func:`dpcore.data.text.imdb_sequences`', built from the training split only, not Keras'
   pre-tokenised copy), labels 0/1.
-- Adult: the UCI split (32,561 / 16,281), numeric attributes standardised with training
-  statistics (capital gain/loss through log1p first), categorical ones one-hot (categories seen
-  in training), ``fnlwgt`` dropped. The paper used LIBSVM's 123 binary features and 29,305
-  training rows (Sec. 5.3); ours are a different encoding of the same attributes.
+- Adult: the UCI split (32,561 / 16,281) as :func:`dpcore.data.adult_features`: numeric
+  attributes standardised with training statistics (capital gain/loss through log1p first),
+  categorical ones one-hot (categories seen in training), ``fnlwgt`` dropped. The paper used
+  LIBSVM's 123 binary features and 29,305 training rows (Sec. 5.3); ours are a different encoding
+  of the same attributes.
 - MovieLens: the paper uses MovieLens-1M (Sec. 5.4); no registry here carries it, so
   MovieLens-100K (943 users, 1,682 movies, 100,000 ratings) is a labelled substitute. Ratings are
   split 80/20 at random with a fixed seed, as the paper does for ML-1M; inputs are ``(user,
@@ -29,10 +30,10 @@ import dataclasses
 import numpy as np
 import torch
 
+from dpcore.data.adult import adult_features
 from dpcore.data.datasets import load_adult, load_mnist, load_movielens_100k
 from dpcore.data.text import imdb_sequences
 from dpcore.errors import InvalidParameterError
-from reproductions.erm.data import CATEGORICAL, LOG_SCALED, NUMERIC
 
 __all__ = [
     "IMDB_LENGTH",
@@ -40,7 +41,6 @@ __all__ = [
     "LOADERS",
     "TaskData",
     "adult",
-    "adult_features",
     "imdb",
     "mnist",
     "movielens",
@@ -99,46 +99,8 @@ def imdb(vocab_size: int = IMDB_VOCABULARY, length: int = IMDB_LENGTH) -> TaskDa
     )
 
 
-def adult_features(
-    train_rows: list[list[str]], test_rows: list[list[str]]
-) -> tuple[np.ndarray, np.ndarray]:
-    """Standardised numeric columns then one-hot categorical ones, statistics from training.
-
-    A category absent from training is all zeros; a constant numeric column is left centred.
-
-    Example:
-        >>> row = ["39", "A", "0", "x", "13", "m", "o", "r", "w", "M", "0", "0", "40", "US"]
-        >>> other = [*row[:1], "B", *row[2:]]
-        >>> train, test = adult_features([row, other], [other])
-        >>> train.shape, test[0, 5:7].tolist()  # 5 numeric columns, then workclass A / B
-        ((2, 14), [0.0, 1.0])
-    """
-    numeric_train, numeric_test = _numeric(train_rows), _numeric(test_rows)
-    mean, scale = numeric_train.mean(axis=0), numeric_train.std(axis=0)
-    scale[scale == 0] = 1.0
-    blocks_train, blocks_test = [(numeric_train - mean) / scale], [(numeric_test - mean) / scale]
-    for column in CATEGORICAL:
-        categories = sorted({row[column] for row in train_rows})
-        index = {value: i for i, value in enumerate(categories)}
-        for rows, blocks in ((train_rows, blocks_train), (test_rows, blocks_test)):
-            onehot = np.zeros((len(rows), len(categories)))
-            for r, row in enumerate(rows):
-                if row[column] in index:
-                    onehot[r, index[row[column]]] = 1.0
-            blocks.append(onehot)
-    return np.hstack(blocks_train), np.hstack(blocks_test)
-
-
-def _numeric(rows: list[list[str]]) -> np.ndarray:
-    values = np.array([[float(row[i]) for i in NUMERIC] for row in rows], dtype=np.float64)
-    for position, column in enumerate(NUMERIC):
-        if column in LOG_SCALED:
-            values[:, position] = np.log1p(values[:, position])
-    return values.reshape(len(rows), len(NUMERIC))
-
-
 def adult() -> TaskData:
-    """UCI Adult: float32 features (:func:`adult_features`) and labels 1 = income > 50K."""
+    """UCI Adult: float32 features (:func:`dpcore.data.adult_features`), labels 1 = income > 50K."""
     train_rows, y_train = load_adult("train")
     test_rows, y_test = load_adult("test")
     train, test = adult_features(train_rows, test_rows)

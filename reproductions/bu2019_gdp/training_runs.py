@@ -41,6 +41,7 @@ CODE_MODULES = (
     "dpcore.accountants",
     "dpcore.events",
     "dpcore.pld",
+    "dpcore.data",
     "reproductions.harness",
     "reproductions.bu2019_gdp.models",
     "reproductions.bu2019_gdp.data",

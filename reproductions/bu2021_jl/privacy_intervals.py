@@ -10,11 +10,9 @@ JL; :func:`fmt_interval` writes one for a legend or a README table. Used by
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
-from dpcore.accountants import JlAccountant
-from dpcore.accountants.pld import PldAccountant
+from dpcore.accountants.report import epsilon_report
 from dpcore.events import (
     DpEvent,
     GaussianEvent,
@@ -22,7 +20,6 @@ from dpcore.events import (
     PoissonSampledEvent,
     SelfComposedEvent,
 )
-from reproductions.common import finite_or_none
 
 
 def step_event(sampling_probability: float, noise_multiplier: float, r: int | None) -> DpEvent:
@@ -35,15 +32,14 @@ def epsilon_interval(
     event: DpEvent, *, delta: float, jl_bins: int, jl: bool, count: int = 1
 ) -> dict[str, Any]:
     """Certified ``[lower, upper]`` epsilon of ``count`` x ``event``: JL accountant or tight PLD."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # grid notes do not change the certified bracket
-        accountant = JlAccountant(bins=jl_bins) if jl else PldAccountant()
-        interval = accountant.compose(event, count).get_epsilon_interval(delta)
+    name = "jl" if jl else "pld"
+    composed = event if count == 1 else SelfComposedEvent(event, count)
+    report = epsilon_report(composed, delta, (name,), jl_bins=jl_bins)
     return {
-        "accountant": "jl" if jl else "pld",
+        "accountant": name,
         "jl_bins": jl_bins if jl else None,
-        "lower": finite_or_none(interval.lower),
-        "upper": finite_or_none(interval.upper),
+        "lower": report[f"epsilon_{name}_lower"],
+        "upper": report[f"epsilon_{name}_upper"],
     }
 
 
