@@ -29,18 +29,23 @@ IMDB_SEQUENCE_LENGTH = 150
 Recurrent = Literal["dplstm", "lstm"]
 
 
-def tf_privacy_mnist_cnn(*, dtype: torch.dtype | None = None) -> nn.Sequential:
-    """The TensorFlow Privacy tutorial's MNIST CNN (26,010 parameters).
+def tf_privacy_mnist_cnn(hidden: int = 32, *, dtype: torch.dtype | None = None) -> nn.Sequential:
+    """The TensorFlow Privacy tutorial's MNIST CNN (26,010 parameters at ``hidden = 32``).
 
     ``Conv2d(1, 16, 8, stride 2, padding 3) -> ReLU -> MaxPool2d(2, stride 1)
     -> Conv2d(16, 32, 4, stride 2) -> ReLU -> MaxPool2d(2, stride 1) -> Flatten
-    -> Linear(512, 32) -> ReLU -> Linear(32, 10)``, on ``(batch, 1, 28, 28)`` images; returns
-    ``(batch, 10)`` logits. Source: TensorFlow Privacy tutorial, ``mnist_dpsgd_tutorial``; also
-    the Opacus MNIST example. Every layer has a fast-path handler (exact clipping at about the
-    cost of one backward).
+    -> Linear(512, hidden) -> ReLU -> Linear(hidden, 10)``, on ``(batch, 1, 28, 28)`` images;
+    returns ``(batch, 10)`` logits. Source: TensorFlow Privacy tutorial, ``mnist_dpsgd_tutorial``;
+    also the Opacus MNIST example. Every layer has a fast-path handler (exact clipping at about
+    the cost of one backward). The count is ``9,264 + 523 hidden + 10``: ``hidden = 32,768``
+    gives 17,146,938, exactly the "17M" model of Bu et al. 2021 (arXiv 2102.03013), Table 4.
 
     Args:
+        hidden: units of the dense hidden layer (the tutorial's 32 by default).
         dtype: parameter dtype (default: torch's default dtype).
+
+    Raises:
+        InvalidParameterError: ``hidden`` is not an integer >= 1.
 
     Example:
         >>> model = tf_privacy_mnist_cnn()
@@ -48,7 +53,10 @@ def tf_privacy_mnist_cnn(*, dtype: torch.dtype | None = None) -> nn.Sequential:
         26010
         >>> tuple(model(torch.zeros(2, 1, 28, 28)).shape)
         (2, 10)
+        >>> sum(p.numel() for p in tf_privacy_mnist_cnn(32_768).parameters())
+        17146938
     """
+    hidden = check_count("hidden", hidden, minimum=1)
     return nn.Sequential(
         nn.Conv2d(1, 16, 8, stride=2, padding=3, dtype=dtype),  # 28x28 -> 14x14
         nn.ReLU(),
@@ -57,9 +65,9 @@ def tf_privacy_mnist_cnn(*, dtype: torch.dtype | None = None) -> nn.Sequential:
         nn.ReLU(),
         nn.MaxPool2d(2, stride=1),  # -> 4x4
         nn.Flatten(),
-        nn.Linear(32 * 4 * 4, 32, dtype=dtype),
+        nn.Linear(32 * 4 * 4, hidden, dtype=dtype),
         nn.ReLU(),
-        nn.Linear(32, 10, dtype=dtype),
+        nn.Linear(hidden, 10, dtype=dtype),
     )
 
 

@@ -1,9 +1,10 @@
 """Bu et al. 2021, Tables 3-4: the largest lot that fits in a memory cap, per training method.
 
 Models: the TF Privacy MNIST CNN (:func:`dpcore.torch.models.tf_privacy_mnist_cnn`, 26,010
-parameters; Table 3) and the same topology widened (:func:`widened_mnist_cnn`, every channel and
-hidden width times :data:`WIDE_WIDTH`: 16,650,410 parameters, our stand-in for the paper's ~17M
-parameter model of Table 4; the widening rule is an assumption).
+parameters; Table 3) and the same CNN with a dense hidden layer of :data:`WIDE_HIDDEN` = 32,768
+units: 17,146,938 parameters, exactly the count of the paper's "17M" model of Table 4 (among the
+ways of widening this CNN, only the dense layer at 2^15 units gives that count; the paper does
+not print the architecture).
 
 Methods, each one SGD step on a lot of random MNIST-shaped images (memory does not depend on the
 values): non-private SGD, exact DP-SGD (dpcore's fast engine), DP-SGD-JL with r = 10 and r = 30.
@@ -35,7 +36,7 @@ from typing import Any
 from bench import cache, cells
 from bench.cells import Cell
 from reproductions.bu2021_jl import config as paper
-from reproductions.bu2021_jl.memory_worker import MODULE, WIDE_WIDTH, _variant, widened_mnist_cnn
+from reproductions.bu2021_jl.memory_worker import MODULE, SMALL_HIDDEN, WIDE_HIDDEN, _variant
 from reproductions.common import code_fingerprint, save_results
 
 STEM = "bu2021_jl_memory"
@@ -81,7 +82,8 @@ class MemoryConfig:
     profile: str = "quick"
     #: Memory cap in MiB (host RSS on CPU, allocated GPU memory on CUDA).
     cap_mb: float = 1024.0
-    wide_width: int = WIDE_WIDTH
+    #: Dense width of the wide CNN (Table 4's model).
+    wide_hidden: int = WIDE_HIDDEN
     #: Exponent range (log2 of the lot) searched on the small and the wide CNN.
     small_log2: tuple[int, int] = (10, 13)
     wide_log2: tuple[int, int] = (2, 8)
@@ -199,8 +201,8 @@ def measuring_setup(device: str, hardware: str) -> dict[str, Any]:
 def probe_key(
     config: MemoryConfig, setup: dict[str, Any], model: str, cell: Cell, lot: int
 ) -> dict[str, Any]:
-    """The cache key of one probe: the model, the cell (method, width, r, one pass per
-    direction), the lot, the profile as run on the device (cap, wide width, threads, timeout),
+    """The cache key of one probe: the model, the cell (method, dense width, r, one pass per
+    direction), the lot, the profile as run on the device (cap, wide dense width, threads, timeout),
     the step's noise multiplier, clipping norm and learning rate, and ``setup``
     (:func:`measuring_setup`)."""
     fields = dataclasses.asdict(config)
@@ -223,7 +225,7 @@ def run_probe(
     config: MemoryConfig,
     setup: dict[str, Any],
     model: str,
-    width: int,
+    hidden: int,
     method: Method,
     lot: int,
 ) -> dict[str, Any]:
@@ -233,7 +235,7 @@ def run_probe(
     it measures (atomically, under ``CHECKPOINT_DIR``).
     """
     device = setup["device"]
-    cell = Cell("mnist_cnn", method.method, _variant(width, method.per_direction), method.r)
+    cell = Cell("mnist_cnn", method.method, _variant(hidden, method.per_direction), method.r)
     key = probe_key(config, setup, model, cell, lot)
     stem = f"{model}_{method.method}_{method.r}_{int(method.per_direction)}_{lot}"
     path = cache.cached_path(CHECKPOINT_DIR, stem, key)
@@ -267,7 +269,19 @@ def run_probe(
     return row
 
 
-#: ``probe(model name, width, method, lot)``: the probe's row, or None when it was not run.
+def parameter_count(hidden: int) -> int:
+    """Parameters of the TF Privacy CNN with ``hidden`` dense units (26,010 at 32).
+
+    Example:
+        >>> parameter_count(SMALL_HIDDEN), parameter_count(WIDE_HIDDEN)
+        (26010, 17146938)
+    """
+    from dpcore.torch.models import tf_privacy_mnist_cnn
+
+    return sum(p.numel() for p in tf_privacy_mnist_cnn(hidden).parameters())
+
+
+#: ``probe(model name, dense width, method, lot)``: the probe's row, or None when it was not run.
 Prober = Callable[[str, int, Method, int], "dict[str, Any] | None"]
 
 
@@ -281,26 +295,29 @@ def sweep(
     """
     from tqdm import tqdm
 
-    models = {"small": (1, config.small_log2), "wide": (config.wide_width, config.wide_log2)}
+    models = {
+        "small": (SMALL_HIDDEN, config.small_log2),
+        "wide": (config.wide_hidden, config.wide_log2),
+    }
     probes: list[dict[str, Any]] = []
     rows: list[dict[str, Any]] = []
     sweeps = [(name, method) for name in models for method in config.methods]
     for name, method in tqdm(sweeps, desc="largest lot under the cap", unit="method"):
-        width, (low, high) = models[name]
+        hidden, (low, high) = models[name]
         mine: list[dict[str, Any]] = []
         missing: list[int] = []
 
         def fits(
             k: int,
             name: str = name,
-            width: int = width,
+            hidden: int = hidden,
             method: Method = method,
             mine: list[dict[str, Any]] = mine,
             missing: list[int] = missing,
         ) -> bool:
             if missing:
                 return False  # stop at the first probe that was not run
-            row = probe(name, width, method, 2**k)
+            row = probe(name, hidden, method, 2**k)
             if row is None:
                 missing.append(2**k)
                 return False
@@ -315,7 +332,7 @@ def sweep(
         rows.append(
             {
                 "model": name,
-                "parameters": sum(p.numel() for p in widened_mnist_cnn(width).parameters()),
+                "parameters": parameter_count(hidden),
                 "method": method.method,
                 "r": method.r,
                 "per_direction": method.per_direction,
@@ -391,7 +408,7 @@ def compute(profile: str = "quick") -> None:
     rows, probes = sweep(
         config,
         device,
-        lambda name, width, method, lot: run_probe(config, setup, name, width, method, lot),
+        lambda name, hidden, method, lot: run_probe(config, setup, name, hidden, method, lot),
     )
     _save(
         config,

@@ -16,55 +16,28 @@ from bench import cells
 from bench.cells import Cell
 
 MODULE = "reproductions.bu2021_jl.memory_worker"
-#: Width multiplier of the wide CNN (about 17M parameters; see :func:`widened_mnist_cnn`).
-WIDE_WIDTH = 26
+#: Dense width of Table 4's "17M" model: the TF Privacy CNN with a 32,768-unit hidden layer has
+#: exactly the paper's 17,146,938 parameters (:func:`dpcore.torch.models.tf_privacy_mnist_cnn`).
+WIDE_HIDDEN = 32_768
+#: The tutorial's own dense width (Table 3's 26,010-parameter CNN).
+SMALL_HIDDEN = 32
 
 
-def widened_mnist_cnn(width: int) -> nn.Sequential:
-    """The TF Privacy MNIST CNN with 16w, 32w conv channels and a 32w hidden layer.
-
-    ``width = 1`` is :func:`~dpcore.torch.models.tf_privacy_mnist_cnn` exactly; the parameter
-    count is ``24,576 w^2 + 1,424 w + 10``.
-
-    Example:
-        >>> sum(p.numel() for p in widened_mnist_cnn(1).parameters())
-        26010
-        >>> sum(p.numel() for p in widened_mnist_cnn(WIDE_WIDTH).parameters())
-        16650410
-    """
-    if isinstance(width, bool) or not isinstance(width, int) or width < 1:
-        from dpcore.errors import InvalidParameterError
-
-        raise InvalidParameterError("width", "an integer >= 1", width)
-    c1, c2, hidden = 16 * width, 32 * width, 32 * width
-    return nn.Sequential(
-        nn.Conv2d(1, c1, 8, stride=2, padding=3),  # 28x28 -> 14x14
-        nn.ReLU(),
-        nn.MaxPool2d(2, stride=1),  # -> 13x13
-        nn.Conv2d(c1, c2, 4, stride=2),  # -> 5x5
-        nn.ReLU(),
-        nn.MaxPool2d(2, stride=1),  # -> 4x4
-        nn.Flatten(),
-        nn.Linear(c2 * 4 * 4, hidden),
-        nn.ReLU(),
-        nn.Linear(hidden, 10),
-    )
-
-
-def _variant(width: int, per_direction: bool) -> str:
-    return f"width={width}" + (",per_direction" if per_direction else "")
+def _variant(hidden: int, per_direction: bool) -> str:
+    return f"hidden={hidden}" + (",per_direction" if per_direction else "")
 
 
 def build(cell: Cell, batch_size: int, device: str) -> tuple[Any, Callable[[], None]]:
     """``(model, step)`` of ``cell`` on a random lot (the worker's hook into the measurement)."""
     import torch
 
+    from dpcore.torch.models import tf_privacy_mnist_cnn
     from dpcore.torch.optimizers import DPOptimizer
     from dpcore.torch.per_example.jl import JLEngine
 
     settings = dict(part.partition("=")[::2] for part in (cell.variant or "").split(","))
     torch.manual_seed(0)
-    model = widened_mnist_cnn(int(settings.get("width") or 1)).to(device)
+    model = tf_privacy_mnist_cnn(int(settings.get("hidden") or SMALL_HIDDEN)).to(device)
     inputs, targets = cells.make_lot("mnist_cnn", device, batch_size)
     if "per_direction" not in settings:
         return model, cells.step_function(cell, model, inputs, targets, batch_size)

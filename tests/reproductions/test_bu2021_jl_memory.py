@@ -1,4 +1,4 @@
-"""Tables 3-4 of the Bu et al. 2021 reproduction: the widened CNN, the search, the table."""
+"""Tables 3-4 of the Bu et al. 2021 reproduction: the two CNNs, the search, the table."""
 
 from __future__ import annotations
 
@@ -20,25 +20,17 @@ def _count(model: object) -> int:
     return sum(p.numel() for p in model.parameters())  # type: ignore[attr-defined]
 
 
-def test_width_one_is_the_tf_privacy_cnn() -> None:
-    # 26,010 parameters: the TF Privacy MNIST tutorial's CNN (dpcore.torch.models).
-    assert _count(memory.widened_mnist_cnn(1)) == _count(tf_privacy_mnist_cnn()) == 26_010
+def test_the_wide_model_has_the_papers_parameter_count() -> None:
+    # Bu et al. 2021, Table 4: a "17M" model of 17,146,938 parameters; the TF Privacy CNN with a
+    # 32,768-unit dense layer has exactly that many.
+    assert memory.parameter_count(memory.SMALL_HIDDEN) == _count(tf_privacy_mnist_cnn()) == 26_010
+    assert memory.parameter_count(memory.WIDE_HIDDEN) == 17_146_938
 
 
-@pytest.mark.parametrize("width", [2, 3, 7])
-def test_parameter_count_formula(width: int) -> None:
-    assert _count(memory.widened_mnist_cnn(width)) == 24_576 * width**2 + 1_424 * width + 10
-
-
-def test_wide_model_has_about_17m_parameters() -> None:
-    # Bu et al. 2021, Table 4's wider model: about 17M parameters (our stand-in is within 3%).
-    assert _count(memory.widened_mnist_cnn(memory.WIDE_WIDTH)) == pytest.approx(17e6, rel=0.03)
-
-
-@pytest.mark.parametrize("width", [0, 1.5, True])
-def test_bad_width(width: object) -> None:
-    with pytest.raises(InvalidParameterError, match="width"):
-        memory.widened_mnist_cnn(width)  # type: ignore[arg-type]
+@pytest.mark.parametrize("hidden", [0, 1.5, True])
+def test_bad_hidden(hidden: object) -> None:
+    with pytest.raises(InvalidParameterError, match="hidden"):
+        tf_privacy_mnist_cnn(hidden)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("threshold", [7, 8, 9, 10, 11, 12, 13])
@@ -74,8 +66,8 @@ def test_outcome_of_a_probe(measured: dict, device: str, expected: str) -> None:
 @pytest.mark.parametrize(
     "cell",
     [
-        Cell("mnist_cnn", "dpsgd_exact", "width=2"),
-        Cell("mnist_cnn", "dpsgd_jl", "width=1,per_direction", 3),
+        Cell("mnist_cnn", "dpsgd_exact", "hidden=64"),
+        Cell("mnist_cnn", "dpsgd_jl", "hidden=32,per_direction", 3),
     ],
 )
 def test_worker_steps_run(cell: Cell) -> None:
@@ -166,7 +158,7 @@ def test_sweep_stops_at_a_missing_probe_and_says_so() -> None:
         ("small", "dpsgd_jl"): {4: "fits"},
     }
 
-    def probe(name: str, width: int, method: memory.Method, lot: int) -> dict | None:
+    def probe(name: str, hidden: int, method: memory.Method, lot: int) -> dict | None:
         outcome = done.get((name, method.method), {}).get(lot)
         if outcome is None:
             return None
@@ -204,11 +196,11 @@ def test_a_cached_probe_is_reused_only_under_its_own_key(
     method = memory.Method("dpsgd_jl", 10, per_direction=True)
 
     def probe(config: memory.MemoryConfig = full, here: dict = setup, lot: int = 1024) -> dict:
-        return memory.run_probe(config, here, "wide", memory.WIDE_WIDTH, method, lot)
+        return memory.run_probe(config, here, "wide", memory.WIDE_HIDDEN, method, lot)
 
     first = probe()
     assert first["outcome"] == "fits" and first["batch_size"] == 1024
-    assert calls == [(Cell("mnist_cnn", "dpsgd_jl", "width=26,per_direction", 10), 1024)]
+    assert calls == [(Cell("mnist_cnn", "dpsgd_jl", "hidden=32768,per_direction", 10), 1024)]
     assert probe() == first and len(calls) == 1
     probe(lot=2048)
     probe(dataclasses.replace(full, cap_mb=1024.0))
