@@ -11,11 +11,11 @@ assumption, stated in the README). Lots are Poisson (q = 256 / 60,000).
 Privacy per method (the events are the same for every seed): the tight PLD interval for DP-SGD
 and the JL accountant's interval (Lemma 4.1 / Thm 4.1 of the paper, computed by
 :class:`dpcore.accountants.JlAccountant`) for DP-SGD-JL, for the steps run and for the full
-60-epoch schedule. :func:`compute` trains every method for several seeds (seed by seed, so a run
-stopped early has the same seeds of every method) and saves ``figures/<stem>.{json,csv}`` and one
-privacy statement per method (stem ``bu2021_jl_accuracy``, ``bu2021_jl_accuracy_full`` for the
-full profile, whose runs resume from the run store). :func:`plot` draws mean and min/max band per
-method from the saved JSON only.
+60-epoch schedule. :func:`compute` trains every method for several seeds (in the order of
+:data:`RUN_PHASES`, so a run stopped early has settled whole comparisons) and saves
+``figures/<stem>.{json,csv}`` and one privacy statement per method (stem ``bu2021_jl_accuracy``,
+``bu2021_jl_accuracy_full`` for the full profile, whose runs resume from the run store).
+:func:`plot` draws mean and min/max band per method from the saved JSON only.
 
 This module runs the computation; the profiles, data and trainers are in
 :mod:`~reproductions.bu2021_jl.accuracy_setup`, the figure and README table in
@@ -91,6 +91,7 @@ __all__ = [
     "profile_label",
     "readme_table",
     "results_stem",
+    "run_order",
     "run_spec",
     "spread",
     "step_event",
@@ -103,6 +104,29 @@ CODE_MODULES = (
     "reproductions.harness",
     "reproductions.bu2021_jl.accuracy_setup",
 )
+
+
+#: The order the runs go in, phase by phase (``None``: exact DP-SGD; a number: DP-SGD-JL's r),
+#: seed by seed within a phase; methods not listed go last. The comparison the figure is read for
+#: comes first and the costliest method (r = 20: about 100 s per epoch on one CPU core, ten times
+#: DP-SGD) last, so a run cut short by a deadline settles whole comparisons over all seeds
+#: instead of leaving every method at one seed.
+RUN_PHASES: tuple[tuple[int | None, ...], ...] = ((None, 3), (1,), (20,))
+
+
+def run_order(config: AccuracyConfig) -> list[tuple[str, int | None, int]]:
+    """``(label, r, seed)`` in the order the runs go (see :data:`RUN_PHASES`).
+
+    Example:
+        >>> from reproductions.bu2021_jl.accuracy_setup import PROFILES
+        >>> [(r, seed) for _, r, seed in run_order(PROFILES["full"])][:4]
+        [(None, 0), (3, 0), (None, 1), (3, 1)]
+    """
+    chosen = methods(config)
+    phases = [[m for m in chosen if m[1] in phase] for phase in RUN_PHASES]
+    listed = {m for phase in phases for m in phase}
+    phases.append([m for m in chosen if m not in listed])
+    return [(label, r, seed) for phase in phases for seed in config.seeds for label, r in phase]
 
 
 def _slug(label: str) -> str:
