@@ -24,11 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from dpcore.atomic import atomic_write_text
+from reproductions.common import write_between_markers
 from reproductions.harness import ROOT, Output
 
 __all__ = ["Row", "build_rows", "compute", "plot", "verdict"]
 
 MARKDOWN = ROOT / "reproductions" / "SCOREBOARD.md"
+README = ROOT / "README.md"
+TOTALS_MARKERS = ("<!-- scoreboard-totals:start -->", "<!-- scoreboard-totals:end -->")
 STEM = "scoreboard"
 #: Rounding slack of the tolerance test (0.95 - 0.94 is 0.01000000000000001 in floats).
 SLACK = 1e-9
@@ -433,9 +436,18 @@ def _number(value: float | None) -> str:
     return f"{value:.4g}"
 
 
+def totals_sentence(rows: list[dict[str, Any]]) -> str:
+    """The one-line summary the project README quotes."""
+    count = totals(rows)
+    return (
+        f"**{count['rows']} numbers: {count['matches']} match, {count['differs_explained']} "
+        f"differ for a stated reason, {count['differs_unexplained']} differ unexplained, "
+        f"{count['not_run']} not run.**"
+    )
+
+
 def markdown(rows: list[dict[str, Any]]) -> str:
     """The scoreboard as a markdown page."""
-    count = totals(rows)
     lines = [
         "# Scoreboard: the papers' numbers vs ours",
         "",
@@ -443,9 +455,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         "saved results in `figures/` only; do not edit by hand. Machine-readable: "
         "`figures/scoreboard.json`.",
         "",
-        f"**{count['rows']} numbers: {count['matches']} match, {count['differs_explained']} "
-        f"differ for a stated reason, {count['differs_unexplained']} differ unexplained, "
-        f"{count['not_run']} not run.**",
+        totals_sentence(rows),
         "",
         "| paper | quantity | paper | ours | tolerance | verdict | profile | hardware | source |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -462,14 +472,22 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def compute(
-    profile: str = "quick", *, output: Output | None = None, markdown_path: Path | None = None
+    profile: str = "quick",
+    *,
+    output: Output | None = None,
+    markdown_path: Path | None = None,
+    readme: Path | None = None,
 ) -> None:
-    """Write ``figures/scoreboard.json`` and ``reproductions/SCOREBOARD.md`` (any profile)."""
+    """Write ``figures/scoreboard.json``, ``reproductions/SCOREBOARD.md`` and the README totals.
+
+    The profile does not matter: the rows come from whatever results are saved.
+    """
     output = output or Output()
     rows = build_rows(output)
     payload = {"totals": totals(rows), "rows": rows}
     atomic_write_text(output.path(f"{STEM}.json"), json.dumps(payload, indent=1) + "\n")
     atomic_write_text(markdown_path or MARKDOWN, markdown(rows))
+    write_between_markers(readme or README, *TOTALS_MARKERS, totals_sentence(rows))
 
 
 def plot() -> None:

@@ -25,6 +25,8 @@ def test_committed_scoreboard_is_what_the_committed_results_say() -> None:
     assert committed["rows"] == rows, "regenerate: python -m reproductions --only scoreboard"
     assert committed["totals"] == scoreboard.totals(rows)
     assert scoreboard.MARKDOWN.read_text() == scoreboard.markdown(rows)
+    start, end = scoreboard.TOTALS_MARKERS
+    assert f"{start}\n{scoreboard.totals_sentence(rows)}\n{end}" in scoreboard.README.read_text()
 
 
 def test_every_committed_match_is_still_within_its_tolerance() -> None:
@@ -79,8 +81,10 @@ def test_a_drifted_result_stops_matching(tmp_path: Path) -> None:
 def test_compute_writes_json_and_markdown(tmp_path: Path) -> None:
     output = Output.under(tmp_path)
     _fake_mnist(output, 0.95)
-    page = tmp_path / "SCOREBOARD.md"
-    scoreboard.compute("quick", output=output, markdown_path=page)
+    page, readme = tmp_path / "SCOREBOARD.md", tmp_path / "README.md"
+    readme.write_text("a\n<!-- scoreboard-totals:start -->\n<!-- scoreboard-totals:end -->\n")
+    scoreboard.compute("quick", output=output, markdown_path=page, readme=readme)
+    assert "numbers:" in readme.read_text()
     saved = output.load_results("scoreboard")
     assert saved["totals"]["rows"] == len(saved["rows"]) > 0
     assert f"**{saved['totals']['rows']} numbers:" in page.read_text()
