@@ -18,6 +18,11 @@ Data: :func:`dpcore.data.load_cifar10` on ``config.directory``, else ``$DPCORE_C
 else ``<data cache>/cifar-10-batches-py``. When the batches are missing :func:`compute` saves a
 results file saying "not run: data unavailable" with the loader's message and no accuracy; the
 accounting for the paper's settings (which needs no data) is saved either way.
+
+The training of one setting (network, augmentation, DP-SGD on the reproduction harness) is in
+:mod:`reproductions.abadi2016.cifar10_training` (re-exported here). The full profile keeps its
+runs in the run store (``reproductions/checkpoints/abadi2016_cifar10/``, a commit every epoch);
+a ``deadline`` stops them early, saved with the epochs reached and a ``status`` saying so.
 """
 
 from __future__ import annotations
@@ -31,75 +36,53 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
+from dpcore.atomic import atomic_write_text
 from dpcore.data import DataUnavailableError, cache_dir, load_cifar10
+from dpcore.errors import InvalidParameterError
 from dpcore.events import dpsgd_event
-from dpcore.torch.samplers import PoissonSampler
-from dpcore.torch.training import DPTrainer
-from reproductions import common
-from reproductions.abadi2016.checkpoints import load_state, save_state
 from reproductions.abadi2016.cifar10_inputs import augment, evaluation_inputs
-from reproductions.abadi2016.mnist_core import EpochHook, epsilons, progress_bar
+from reproductions.abadi2016.cifar10_training import (
+    PAPER_SETTINGS,
+    AugmentedTrainer,
+    CifarConfig,
+    CifarSetting,
+    code,
+    make_model,
+    train_setting,
+)
+from reproductions.abadi2016.mnist_core import epochs_reached, epsilon_columns, run_status
+from reproductions.common import write_between_markers
+from reproductions.harness import ROOT, Output, hardware_label
+
+__all__ = [
+    "PAPER_SETTINGS",
+    "PROFILES",
+    "AugmentedTrainer",
+    "CifarConfig",
+    "CifarSetting",
+    "augment",
+    "compute",
+    "data_directory",
+    "evaluation_inputs",
+    "load_cifar10",
+    "make_model",
+    "paper_accounting",
+    "plot",
+    "readme_table",
+    "train_setting",
+]
 
 STEM = "abadi2016_cifar10"
 ENVIRONMENT = "DPCORE_CIFAR10_DIR"
 NOT_RUN = "not run: data unavailable"
 README = Path(__file__).with_name("README.md")
-CHECKPOINTS = common.ROOT / "reproductions" / "checkpoints" / STEM
 TABLE_START, TABLE_END = "<!-- cifar10-table:start -->", "<!-- cifar10-table:end -->"
-
-
-@dataclasses.dataclass(frozen=True)
-class CifarSetting:
-    """One panel of Fig. 6: lot size, epochs run, and the paper's epochs, epsilon and accuracy."""
-
-    name: str
-    lot_size: int
-    epochs: int
-    paper_epochs: int
-    paper_epsilon: float
-    paper_accuracy: float
-
-
-#: Fig. 6 caption: "(1) uses a lot size of 2,000, (2) and (3) use a lot size of 4,000"; 67 %,
-#: 70 %, 73 % at epsilon 2, 4, 8. Epochs read off the panels' x axes (approximate).
-PAPER_SETTINGS = (
-    CifarSetting("eps2_lot2000", 2000, 56, 56, 2.0, 0.67),
-    CifarSetting("eps4_lot4000", 4000, 125, 125, 4.0, 0.70),
-    CifarSetting("eps8_lot4000", 4000, 665, 665, 8.0, 0.73),
-)
-
-
-@dataclasses.dataclass(frozen=True)
-class CifarConfig:
-    """One profile. ``directory`` None: ``$DPCORE_CIFAR10_DIR`` or the data cache's copy."""
-
-    profile: str = "quick"
-    directory: str | None = None
-    settings: tuple[CifarSetting, ...] = PAPER_SETTINGS
-    noise_multiplier: float = 6.0
-    max_grad_norm: float = 3.0
-    conv_channels: int = 64
-    fc_units: int = 384
-    crop: int = 24
-    #: Not given in the paper (assumption): plain SGD at the tutorial's initial rate 0.1.
-    learning_rate: float = 0.1
-    augment: bool = True
-    delta: float = 1e-5
-    #: Non-private references of §5.3: about 86 % in 500 epochs for the whole network, about 80 %
-    #: retraining only the dense layers on CIFAR-100-pretrained convolutions.
-    paper_nonprivate_accuracy: float = 0.86
-    paper_baseline_accuracy: float = 0.80
-    checkpoint_every: int = 0
-    eval_batch: int = 1000
-    seed: int = 0
-
 
 PROFILES = {
     # Runs only if the data is present: the first setting for 2 epochs (a smoke-size run).
     "quick": CifarConfig(settings=(dataclasses.replace(PAPER_SETTINGS[0], epochs=2),)),
-    "full": CifarConfig(profile="full", checkpoint_every=1),
+    "full": CifarConfig(profile="full", checkpoint=True),
 }
 
 
@@ -110,134 +93,6 @@ def data_directory(config: CifarConfig) -> Path:
     if os.environ.get(ENVIRONMENT):
         return Path(os.environ[ENVIRONMENT])
     return cache_dir() / "cifar-10-batches-py"
-
-
-def make_model(config: CifarConfig) -> nn.Sequential:
-    """conv5x5-ReLU-maxpool2 twice, two dense ReLU layers, softmax layer (logits), §5.3."""
-    channels, units = config.conv_channels, config.fc_units
-    side = config.crop // 4
-    return nn.Sequential(
-        nn.Conv2d(3, channels, 5, padding=2),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-        nn.Conv2d(channels, channels, 5, padding=2),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-        nn.Flatten(),
-        nn.Linear(channels * side * side, units),
-        nn.ReLU(),
-        nn.Linear(units, units),
-        nn.ReLU(),
-        nn.Linear(units, 10),
-    )
-
-
-def _accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int) -> float:
-    model.eval()
-    with torch.no_grad():
-        correct = sum(
-            int((model(x[i : i + batch]).argmax(1) == y[i : i + batch]).sum())
-            for i in range(0, len(x), batch)
-        )
-    return correct / len(x)
-
-
-def train_setting(
-    config: CifarConfig,
-    setting: CifarSetting,
-    data: tuple[np.ndarray, torch.Tensor, np.ndarray, torch.Tensor],
-    *,
-    checkpoint: Path | None = None,
-    on_epoch: EpochHook | None = None,
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """DP-SGD for ``setting.epochs`` epochs; one row per epoch; resumable from ``checkpoint``.
-
-    An epoch is round(N / L) lots (25 for lot 2,000 of 50,000; 12 for lot 4,000).
-    """
-    x_train, y_train, x_test, y_test = data
-    n = len(x_train)
-    per_epoch = max(1, round(n / setting.lot_size))
-    total_steps = setting.epochs * per_epoch
-    fingerprint = {
-        "config": {
-            k: v for k, v in dataclasses.asdict(config).items() if k not in ("profile", "settings")
-        },
-        "setting": {**dataclasses.asdict(setting), "epochs": None},
-        "n": n,
-    }
-    state = load_state(checkpoint, fingerprint)
-    if state is not None and state["done"] and state["steps"] == total_steps:
-        return state["rows"], state["statement"]
-    if state is not None and state["steps"] > total_steps:
-        state = None
-    fixed = evaluation_inputs(x_train, config.crop)
-    test_inputs = evaluation_inputs(x_test, config.crop)
-    torch.manual_seed(config.seed)
-    model = make_model(config)
-    trainer = DPTrainer.dp_sgd(
-        model,
-        lr=config.learning_rate,
-        inputs=fixed,
-        targets=y_train,
-        loss_fn=nn.CrossEntropyLoss(reduction="none"),
-        noise_multiplier=config.noise_multiplier,
-        max_grad_norm=config.max_grad_norm,
-        sampler=PoissonSampler(n, sampling_probability=setting.lot_size / n, seed=config.seed),
-        engine="fast",
-        seed=config.seed + 1,
-    )
-    rows: list[dict[str, Any]] = []
-    elapsed = 0.0
-    if state is not None and checkpoint is not None:
-        trainer.load_checkpoint(checkpoint.with_suffix(".pt"))
-        rows, elapsed = state["rows"], state["wall_s"]
-    saving = checkpoint is not None and config.checkpoint_every > 0
-    bar = progress_bar(setting.epochs, trainer.steps_done // per_epoch, setting.name)
-    while trainer.steps_done < total_steps:
-        start = time.perf_counter()
-        epoch = trainer.steps_done // per_epoch + 1
-        if config.augment:  # fresh distortions every epoch, reproducible from (seed, epoch)
-            rng = np.random.default_rng([config.seed, epoch])
-            trainer.inputs = augment(x_train, config.crop, rng)
-        for _ in range(per_epoch):
-            trainer.step()
-        event = trainer.ledger.event()
-        spent = epsilons(event, config.delta) if epoch == setting.epochs else None
-        rows.append(
-            {
-                "setting": setting.name,
-                "epoch": epoch,
-                "steps": trainer.steps_done,
-                "test_accuracy": _accuracy(model, test_inputs, y_test, config.eval_batch),
-                "train_accuracy": _accuracy(
-                    model, fixed[:10_000], y_train[:10_000], config.eval_batch
-                ),
-                "epsilon_moments": trainer.epsilon(delta=config.delta, accountant="moments"),
-                "epsilon_rdp": trainer.epsilon(delta=config.delta, accountant="rdp"),
-                "epsilon_pld_upper": None if spent is None else spent["pld_upper"],
-                "wall_s": round(elapsed + time.perf_counter() - start, 2),
-            }
-        )
-        elapsed += time.perf_counter() - start
-        last = trainer.steps_done == total_steps
-        if saving and checkpoint is not None and (epoch % config.checkpoint_every == 0 or last):
-            current = {"fingerprint": fingerprint, "rows": rows, "wall_s": elapsed}
-            current.update(done=False, steps=trainer.steps_done)
-            save_state(checkpoint, current, trainer.save_checkpoint)
-        bar.update(1)
-        if on_epoch is not None:
-            on_epoch(setting.name, epoch)
-    bar.close()
-    statement = trainer.privacy_statement(
-        delta=config.delta,
-        accountants=("moments", "rdp", "pld"),
-        model="conv5x5x64-pool-conv5x5x64-pool-384-384-10, all layers trained",
-        setting=setting.name,
-    )
-    if saving and checkpoint is not None:
-        done = {"fingerprint": fingerprint, "rows": rows, "wall_s": elapsed, "done": True}
-        save_state(checkpoint, {**done, "steps": total_steps, "statement": statement})
-    return rows, statement
 
 
 def reported_settings(config: CifarConfig) -> list[CifarSetting]:
@@ -255,18 +110,32 @@ def paper_accounting(config: CifarConfig, dataset_size: int = 50_000) -> dict[st
         event = dpsgd_event(
             sampling_probability=q, noise_multiplier=config.noise_multiplier, steps=steps
         )
-        result[setting.name] = epsilons(event, config.delta)
+        result[setting.name] = epsilon_columns(event, config.delta)
     return result
 
 
-def compute(profile: str = "quick", *, config: CifarConfig | None = None) -> None:
-    """Train the profile's settings if the data is there; otherwise save a "not run" record."""
-    config = config or PROFILES[profile]
+def compute(
+    profile: str = "quick",
+    *,
+    config: CifarConfig | None = None,
+    output: Output | None = None,
+    deadline: float | None = None,
+) -> None:
+    """Train the profile's settings if the data is there; otherwise save a "not run" record.
+
+    ``config`` replaces the profile's; ``output`` the folders (the full profile's runs go to its
+    run store); ``deadline`` (a ``time.time()`` value) stops the runs early.
+    """
+    if config is None:
+        if profile not in PROFILES:
+            raise InvalidParameterError("profile", f"in {sorted(PROFILES)}", profile)
+        config = PROFILES[profile]
+    output = output or Output()
     start = time.perf_counter()
     directory = data_directory(config)
     extra: dict[str, Any] = {
         "seed": config.seed,
-        "hardware": f"{torch.get_num_threads()} torch threads, CPU",
+        "hardware": hardware_label("cpu"),
         "torch": torch.__version__,
         "directory": str(directory),
         "reported_settings": [dataclasses.asdict(item) for item in reported_settings(config)],
@@ -277,39 +146,47 @@ def compute(profile: str = "quick", *, config: CifarConfig | None = None) -> Non
         x_test, y_test = load_cifar10(directory, "test")
     except DataUnavailableError as error:
         print(f"{STEM}: {NOT_RUN} ({error})", flush=True)
-        (common.FIGURES / f"{STEM}.csv").unlink(missing_ok=True)
+        output.path(f"{STEM}.csv").unlink(missing_ok=True)
         extra.update(status=NOT_RUN, error=str(error), summary={})
         extra["wall_time_s"] = round(time.perf_counter() - start, 1)
-        common.save_results(STEM, config=config, rows=[], extra=extra)
+        output.save_results(STEM, config=config, rows=[], extra=extra)
         return
     data = (x_train, torch.as_tensor(y_train), x_test, torch.as_tensor(y_test))
+    store = output.store(STEM) if config.checkpoint else None
+    fingerprint = code()
     rows: list[dict[str, Any]] = []
     summary: dict[str, Any] = {}
-    common.FIGURES.mkdir(parents=True, exist_ok=True)
     for setting in config.settings:
-        checkpoint = None
-        if config.checkpoint_every > 0:
-            checkpoint = CHECKPOINTS / config.profile / setting.name
-        setting_rows, statement = train_setting(config, setting, data, checkpoint=checkpoint)
-        rows += setting_rows
-        path = common.FIGURES / f"{STEM}_{setting.name}_privacy.json"
-        path.write_text(json.dumps(statement, indent=2, sort_keys=True, default=str) + "\n")
+        state, statement = train_setting(
+            config, setting, data, store=store, fingerprint=fingerprint, deadline=deadline
+        )
+        rows += state.rows
+        name = None
+        if statement is not None:
+            name = f"{STEM}_{setting.name}_privacy.json"
+            text = json.dumps(statement, indent=2, sort_keys=True, default=str) + "\n"
+            atomic_write_text(output.path(name), text)
+        last = state.rows[-1] if state.rows else {}
+        spent = None
+        if last:
+            event = dpsgd_event(
+                sampling_probability=setting.lot_size / len(x_train),
+                noise_multiplier=config.noise_multiplier,
+                steps=last["step"],
+            )
+            spent = epsilon_columns(event, config.delta)
         summary[setting.name] = {
-            "epochs_run": setting.epochs,
-            "test_accuracy": setting_rows[-1]["test_accuracy"],
-            "epsilon": epsilons(
-                dpsgd_event(
-                    sampling_probability=setting.lot_size / len(x_train),
-                    noise_multiplier=config.noise_multiplier,
-                    steps=setting_rows[-1]["steps"],
-                ),
-                config.delta,
-            ),
-            "privacy_statement": path.name,
+            "status": run_status(state, setting.epochs),
+            "epochs_planned": setting.epochs,
+            "epochs_run": epochs_reached(state),
+            "test_accuracy": last.get("test_accuracy"),
+            "epsilon": spent,
+            "privacy_statement": name,
         }
     extra.update(status="run", n_train=len(x_train), n_test=len(x_test), summary=summary)
+    extra["code_fingerprint"] = fingerprint
     extra["wall_time_s"] = round(time.perf_counter() - start, 1)
-    common.save_results(STEM, config=config, rows=rows, extra=extra)
+    output.save_results(STEM, config=config, rows=rows, extra=extra)
 
 
 def _fmt(value: float | None) -> str:
@@ -329,7 +206,7 @@ def readme_table(data: dict[str, Any]) -> str:
         f"{config['delta']:g}."
     )
     if not ran:
-        head += f" **{NOT_RUN}**: {data['error'].replace(str(common.ROOT) + os.sep, '')}"
+        head += f" **{NOT_RUN}**: {data['error'].replace(str(ROOT) + os.sep, '')}"
     lines = [
         head,
         "",
@@ -343,9 +220,13 @@ def readme_table(data: dict[str, Any]) -> str:
         run, accuracy, spent = (NOT_RUN if not ran else "not in this profile"), "-", "-"
         if setting["name"] in summary:
             item = summary[setting["name"]]
+            status = item.get("status", "done")  # saved before statuses existed: done
+            run = f"{item['epochs_run']:g}" + ("" if status == "done" else f", {status}")
+            if item["test_accuracy"] is not None:
+                accuracy = f"{item['test_accuracy']:.3f}"
             eps = item["epsilon"]
-            run, accuracy = str(item["epochs_run"]), f"{item['test_accuracy']:.3f}"
-            spent = f"{_fmt(eps['moments'])} / {_fmt(eps['rdp'])} / {_fmt(eps['pld_upper'])}"
+            if eps is not None:
+                spent = " / ".join(_fmt(eps[key]) for key in ("moments", "rdp", "pld_upper"))
         lines.append(
             f"| {setting['name']} ({setting['lot_size']}) | {run} (≈{setting['paper_epochs']}) "
             f"| {accuracy} | {setting['paper_accuracy']:.2f} | {spent} "
@@ -355,10 +236,13 @@ def readme_table(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def plot() -> None:
-    """figures/abadi2016_cifar10.png (accuracy vs epoch) if it ran; the README table always."""
-    data = common.load_results(STEM)
-    figure_path = common.FIGURES / f"{STEM}.png"
+def plot(*, output: Output | None = None, readme: Path | None = None) -> None:
+    """``<figures>/abadi2016_cifar10.png`` (accuracy vs epoch) if it ran; the table always."""
+    output = output or Output()
+    if not output.has_results(STEM):
+        return
+    data = output.load_results(STEM)
+    figure_path = output.path(f"{STEM}.png")
     if data["status"] == "run":
         import matplotlib
 
@@ -383,4 +267,4 @@ def plot() -> None:
         plt.close(figure)
     else:
         figure_path.unlink(missing_ok=True)  # never leave a figure of an earlier run beside it
-    common.write_between_markers(README, TABLE_START, TABLE_END, readme_table(data))
+    write_between_markers(readme or README, TABLE_START, TABLE_END, readme_table(data))

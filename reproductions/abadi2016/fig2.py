@@ -13,7 +13,7 @@ from tqdm import tqdm
 
 from dpcore.accountants.report import epsilon_report
 from dpcore.events import dpsgd_event
-from reproductions.common import FIGURES, load_results, save_results
+from reproductions.harness import Output
 
 STEM = "abadi2016_fig2_epsilon_vs_epochs"
 
@@ -37,8 +37,10 @@ class Fig2Config:
     paper_strong_composition: float = 9.34
 
 
-def compute(config: Fig2Config = Fig2Config()) -> None:
-    """Compute epsilon for every epoch and accountant; save JSON + CSV under figures/."""
+def compute(config: Fig2Config = Fig2Config(), *, output: Output | None = None) -> None:
+    """Compute epsilon for every epoch and accountant; save JSON + CSV to ``output`` (default:
+    figures/)."""
+    output = output or Output()
     steps_per_epoch = round(1 / config.sampling_probability)
     rows = []
     for epochs in tqdm(config.epochs, desc="Abadi Fig. 2", unit="epoch count"):
@@ -52,17 +54,18 @@ def compute(config: Fig2Config = Fig2Config()) -> None:
         report = epsilon_report(event, config.delta, config.accountants)
         row.update({key.removeprefix("epsilon_"): value for key, value in report.items()})
         rows.append(row)
-    save_results(STEM, config=config, rows=rows)
+    output.save_results(STEM, config=config, rows=rows)
 
 
-def plot() -> None:
-    """Draw figures/<STEM>.png from the saved results."""
+def plot(*, output: Output | None = None) -> None:
+    """Draw ``<STEM>.png`` from the results saved in ``output`` (default: figures/)."""
+    output = output or Output()
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    data = load_results(STEM)
+    data = output.load_results(STEM)
     rows, config = data["rows"], data["config"]
     epochs = [row["epochs"] for row in rows]
     figure, axes = plt.subplots(figsize=(6, 4))
@@ -95,5 +98,5 @@ def plot() -> None:
     axes.legend(fontsize=7)
     axes.grid(alpha=0.3)
     figure.tight_layout()
-    figure.savefig(FIGURES / f"{STEM}.png", dpi=150)
+    figure.savefig(output.path(f"{STEM}.png"), dpi=150)
     plt.close(figure)

@@ -6,17 +6,18 @@ a 60-dimensional DP-PCA projection, one hidden layer of 1,000 ReLU units, softma
 classes, lot size 600 of 60,000, clipping at 4, learning rate 0.1 decaying linearly to 0.052 over
 10 epochs and then constant; delta = 1e-5.
 
-:func:`train_private` runs DP-SGD for a given number of steps, evaluating after every epoch, and
-with a checkpoint path saves the projection, the trainer state and the rows so far every few
-epochs; a restart resumes from there (and returns a finished run's results without training).
+:func:`train_private` (DP-PCA, then DP-SGD) and :func:`train_baseline` (exact PCA, plain SGD) run
+on the reproduction harness (:func:`reproductions.harness.run_training`): a row every
+``eval_every`` epochs and at the end, committed with a checkpoint to the run's folder in the run
+store when one is given, so a restart resumes, a finished run is read back without training, and
+a ``deadline`` stops a run early (its state says how far it got). The released projection is
+saved in the run's folder (``projection.npy``) before the first step and reused on every restart.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,22 +26,35 @@ import numpy as np
 import torch
 from torch import nn
 
-from dpcore.accountants import MomentsAccountant, RdpAccountant
-from dpcore.accountants.pld import PldAccountant
+from dpcore.accountants.report import epsilon_report
+from dpcore.atomic import atomic_path
 from dpcore.data.datasets import load_mnist
 from dpcore.errors import InvalidParameterError
 from dpcore.events import ComposedEvent, DpEvent, dpsgd_event
 from dpcore.torch.samplers import PoissonSampler
 from dpcore.torch.training import DPTrainer
-from reproductions.abadi2016.checkpoints import load_state, save_state
 from reproductions.abadi2016.pca import dp_pca_directions, pca_event, random_directions
-from reproductions.common import finite_or_none
+from reproductions.common import code_fingerprint
+from reproductions.harness import NonPrivateTrainer, RunState, Trainable, evaluate, run_training
 
 PROJECTIONS = ("dp_pca", "random", "none")
 #: Training inputs, training labels, test inputs, test labels (flattened pixels in [0, 1]).
 Data = tuple[np.ndarray, torch.Tensor, np.ndarray, torch.Tensor]
-#: Called after every epoch (and its checkpoint) with the run's name and the epoch number.
-EpochHook = Callable[[str, int], None]
+#: The released projection of a run, in its folder of the run store.
+PROJECTION_FILE = "projection.npy"
+#: Training accuracy is measured on this many of the first training examples.
+TRAIN_EVAL = 10_000
+
+#: The code a run's result depends on: a change here starts its runs afresh.
+CODE_MODULES = (
+    "dpcore.torch",
+    "dpcore.accountants",
+    "dpcore.events",
+    "dpcore.pld",
+    "reproductions.harness",
+    "reproductions.abadi2016.mnist_core",
+    "reproductions.abadi2016.pca",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,10 +93,11 @@ class MnistConfig:
     lr_end: float = 0.052
     lr_decay_epochs: int = 10
     delta: float = 1e-5
-    #: Evaluate every this many epochs (0: only at the end); the last epoch is always evaluated.
+    #: Evaluate (and commit a checkpoint) every this many epochs (0: only at the end); the last
+    #: step is always evaluated.
     eval_every: int = 1
-    #: Save a checkpoint every this many epochs (0: no checkpoints, as in the quick profile).
-    checkpoint_every: int = 0
+    #: Keep the runs in the run store (resumable), as the full profile does; quick does not.
+    checkpoint: bool = False
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -90,6 +105,8 @@ class MnistConfig:
             raise InvalidParameterError("projection", f"in {PROJECTIONS}", self.projection)
         if self.lot_size < 1:
             raise InvalidParameterError("lot_size", ">= 1", self.lot_size)
+        if self.eval_every < 0:
+            raise InvalidParameterError("eval_every", ">= 0", self.eval_every)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +124,44 @@ def learning_rate(config: MnistConfig, epoch_fraction: float) -> float:
     """Linear decay from lr_start to lr_end over lr_decay_epochs, then constant (§5.2)."""
     t = min(epoch_fraction / config.lr_decay_epochs, 1.0)
     return config.lr_start + (config.lr_end - config.lr_start) * t
+
+
+class ScheduledTrainer:
+    """A :class:`~reproductions.harness.Trainable` that sets the learning rate before each step.
+
+    ``rate(steps_done)`` is written into every parameter group of ``optimizer`` (the wrapped
+    trainer's torch optimizer), then the wrapped trainer steps. The groups are looked up at each
+    step: loading a checkpoint replaces them. Checkpoints are the wrapped trainer's; the rate is a
+    function of the step count, so a resumed run continues the same schedule.
+    """
+
+    def __init__(
+        self,
+        trainer: Trainable,
+        optimizer: torch.optim.Optimizer,
+        rate: Callable[[int], float],
+    ) -> None:
+        self.trainer = trainer
+        self.model = trainer.model
+        self.optimizer = optimizer
+        self.rate = rate
+
+    @property
+    def steps_done(self) -> int:
+        return self.trainer.steps_done
+
+    def step(self) -> object:
+        """Set the scheduled rate of this step, then take it."""
+        rate = self.rate(self.trainer.steps_done)
+        for group in self.optimizer.param_groups:
+            group["lr"] = rate
+        return self.trainer.step()
+
+    def save_checkpoint(self, path: str | Path) -> None:
+        self.trainer.save_checkpoint(path)
+
+    def load_checkpoint(self, path: str | Path) -> None:
+        self.trainer.load_checkpoint(path)
 
 
 def make_model(config: MnistConfig, input_dim: int | None = None) -> nn.Module:
@@ -135,6 +190,11 @@ def load_data() -> Data:
 def steps_per_epoch(config: MnistConfig, dataset_size: int) -> int:
     """Lots per epoch, 1/q = N/L rounded (100 for the paper's 600 of 60,000)."""
     return max(1, round(dataset_size / config.lot_size))
+
+
+def eval_steps(config: MnistConfig, steps: int, per_epoch: int) -> int:
+    """Steps between evaluations: ``eval_every`` epochs, or the whole run if it is 0."""
+    return config.eval_every * per_epoch if config.eval_every > 0 else steps
 
 
 def make_projection(
@@ -166,24 +226,16 @@ def with_projection(training: DpEvent, projection: DpEvent | None) -> DpEvent:
     return training if projection is None else ComposedEvent([projection, training])
 
 
-def epsilons(event: DpEvent, delta: float) -> dict[str, float | None]:
-    """Moments accountant (as in the paper), RDP and the tight PLD interval at ``delta``."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # order-grid notes do not change the bound
-        interval = PldAccountant().compose(event).get_epsilon_interval(delta)
-        return {
-            "moments": finite_or_none(MomentsAccountant().compose(event).get_epsilon(delta)),
-            "rdp": finite_or_none(RdpAccountant().compose(event).get_epsilon(delta)),
-            "pld_lower": finite_or_none(interval.lower),
-            "pld_upper": finite_or_none(interval.upper),
-        }
+def epsilon_columns(
+    event: DpEvent, delta: float, accountants: tuple[str, ...] = ("moments", "rdp", "pld")
+) -> dict[str, float | None]:
+    """:func:`~dpcore.accountants.report.epsilon_report` under the results' keys.
 
-
-def moments_epsilon(event: DpEvent, delta: float) -> float:
-    """The moments accountant's epsilon (orders up to 32, as in the paper)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return float(MomentsAccountant().compose(event).get_epsilon(delta))
+    ``moments``, ``rdp``, ``pld_lower`` and ``pld_upper`` (for the default accountants: the
+    moments accountant as in the paper, RDP and the tight PLD interval); None is infinite.
+    """
+    report = epsilon_report(event, delta, accountants)
+    return {key.removeprefix("epsilon_"): value for key, value in report.items()}
 
 
 def steps_within_budget(
@@ -207,7 +259,9 @@ def steps_within_budget(
             noise_multiplier=noise_multiplier,
             steps=steps,
         )
-        return moments_epsilon(with_projection(training, extra), delta)
+        total = with_projection(training, extra)
+        epsilon = epsilon_columns(total, delta, ("moments",))["moments"]
+        return math.inf if epsilon is None else epsilon
 
     if spent(1) > target_epsilon:
         return 0
@@ -222,10 +276,8 @@ def steps_within_budget(
 
 
 def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
-    """Fraction of ``x`` classified as ``y`` (evaluation mode, no gradients)."""
-    model.eval()
-    with torch.no_grad():
-        return float((model(x).argmax(1) == y).float().mean())
+    """Fraction of ``x`` classified as ``y``: the harness's evaluator, all rows in one batch."""
+    return evaluate(model, x, y, batch=len(x))
 
 
 def project(x: np.ndarray, directions: np.ndarray | None) -> torch.Tensor:
@@ -233,18 +285,87 @@ def project(x: np.ndarray, directions: np.ndarray | None) -> torch.Tensor:
     return torch.as_tensor(x if directions is None else x @ directions, dtype=torch.float32)
 
 
-def run_fingerprint(config: MnistConfig, spec: RunSpec) -> dict[str, Any]:
-    """What a run's checkpoint must agree on (not its length, so a run can be extended)."""
-    ignored = {"profile", "epochs", "paper_epochs", "baseline_epochs", "eval_every"}
-    fields = {k: v for k, v in dataclasses.asdict(config).items() if k not in ignored}
-    return {"config": fields, "run": {**dataclasses.asdict(spec), "steps": None}}
+def code() -> str:
+    """The fingerprint of :data:`CODE_MODULES` (part of every run's folder name)."""
+    return code_fingerprint(*CODE_MODULES)
 
 
-def progress_bar(total: int, initial: int, name: str) -> Any:
-    """A tqdm bar over epochs (shown only on a terminal)."""
-    from tqdm import tqdm
+def _config_spec(config: MnistConfig) -> dict[str, Any]:
+    """The fields of ``config`` a run depends on (not the profile, lengths or paper values)."""
+    ignored = {
+        "profile",
+        "noise_multipliers",
+        "pca_noise",
+        "epochs",
+        "paper_epochs",
+        "paper_epsilon",
+        "paper_accuracy",
+        "paper_baseline_accuracy",
+        "baseline_epochs",
+        "checkpoint",
+    }
+    return {k: v for k, v in dataclasses.asdict(config).items() if k not in ignored}
 
-    return tqdm(total=total, initial=initial, desc=name, unit="epoch", leave=False, disable=None)
+
+def private_spec(config: MnistConfig, spec: RunSpec, dataset_size: int) -> dict[str, Any]:
+    """What a DP run's result depends on: its folder in the run store is keyed by this."""
+    return {
+        "figure": "abadi2016 mnist",
+        "config": _config_spec(config),
+        "run": dataclasses.asdict(spec),
+        "dataset_size": dataset_size,
+    }
+
+
+def baseline_spec(config: MnistConfig, dataset_size: int) -> dict[str, Any]:
+    """What the non-private baseline's result depends on."""
+    return {
+        "figure": "abadi2016 mnist",
+        "config": _config_spec(config),
+        "run": "non-private",
+        "epochs": config.baseline_epochs,
+        "dataset_size": dataset_size,
+    }
+
+
+def epochs_reached(state: RunState) -> float:
+    """The epoch of the run's last row (0 without rows), an int when whole (``12``, not 12.0)."""
+    reached = float(state.rows[-1]["epoch"]) if state.rows else 0.0
+    return int(reached) if reached.is_integer() else reached
+
+
+def run_status(state: RunState, epochs: float) -> str:
+    """``done``, or ``stopped at epoch <reached> of <epochs> (deadline)``."""
+    if state.done:
+        return "done"
+    return f"stopped at epoch {epochs_reached(state):g} of {epochs:g} (deadline)"
+
+
+def released_projection(
+    config: MnistConfig, spec: RunSpec, x_train: np.ndarray, state: RunState
+) -> tuple[np.ndarray | None, RunState]:
+    """The run's projection and its state: drawn once, saved before training, reused after.
+
+    A run whose folder holds ``projection.npy`` reuses it (a restart must not release a second
+    noisy PCA); one without it draws the projection and saves it (atomically) before its first
+    step. A run that has rows but no saved projection starts over with a fresh state.
+    """
+    if config.projection == "none":
+        return None, state
+    path = None if state.folder is None else state.folder / PROJECTION_FILE
+    if path is not None and path.is_file():
+        directions: np.ndarray = np.load(path)
+        return directions, state
+    if state.rows or state.checkpoint is not None:
+        if state.checkpoint_path is not None:
+            state.checkpoint_path.unlink(missing_ok=True)
+        state = RunState(spec=state.spec, code=state.code, folder=state.folder)
+    drawn = make_projection(config, x_train, spec.pca_noise, np.random.default_rng(spec.seed))
+    assert drawn is not None
+    if path is not None:
+        with atomic_path(path) as temporary, temporary.open("wb") as handle:
+            np.save(handle, drawn)
+    return drawn, state
 
 
 def train_private(
@@ -252,35 +373,23 @@ def train_private(
     spec: RunSpec,
     data: Data,
     *,
-    checkpoint: Path | None = None,
-    on_epoch: EpochHook | None = None,
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Projection + DP-SGD for ``spec.steps`` steps; returns per-epoch rows and a statement.
+    store: Path | None = None,
+    fingerprint: str | None = None,
+    deadline: float | None = None,
+) -> tuple[RunState, dict[str, Any] | None]:
+    """Projection + DP-SGD for ``spec.steps`` steps; returns the run's state and its statement.
 
-    With ``checkpoint`` (a path without suffix) the run saves ``.json`` (rows, state),
-    ``.pt`` (trainer) and ``_projection.npy`` (the released projection, drawn once: a restart
-    must not release a second noisy PCA) every ``config.checkpoint_every`` epochs and at the end.
+    Rows (``run``, ``step``, ``epoch``, test and train accuracy, the moments accountant's
+    epsilon of the training alone and with the projection, ``wall_s``) come every
+    ``config.eval_every`` epochs and at the end. With ``store`` (a run-store folder) the run
+    resumes from its last commit there. The statement is None when no step was taken (a
+    deadline already past).
     """
     x_train, y_train, x_test, y_test = data
     per_epoch = steps_per_epoch(config, len(x_train))
     q = config.lot_size / len(x_train)
-    fingerprint = run_fingerprint(config, spec)
-    state = load_state(checkpoint, fingerprint)
-    if state is not None and state["done"] and state["steps"] == spec.steps:
-        return state["rows"], state["statement"]
-    if state is not None and state["steps"] > spec.steps:
-        state = None  # a longer run than asked for: start afresh
-    projection_file = None if checkpoint is None else Path(f"{checkpoint}_projection.npy")
-    directions = None
-    if state is not None and config.projection != "none":
-        if projection_file is None or not projection_file.is_file():
-            state = None
-        else:
-            directions = np.load(projection_file)
-    if state is None:
-        directions = make_projection(
-            config, x_train, spec.pca_noise, np.random.default_rng(spec.seed)
-        )
+    state = RunState.open(store, private_spec(config, spec, len(x_train)), fingerprint or code())
+    directions, state = released_projection(config, spec, x_train, state)
     inputs, test_inputs = project(x_train, directions), project(x_test, directions)
     torch.manual_seed(spec.seed)
     model = make_model(config, inputs.shape[1])
@@ -296,65 +405,105 @@ def train_private(
         engine="fast",
         seed=spec.seed + 1,
     )
-    rows: list[dict[str, Any]] = []
-    elapsed = 0.0
-    saving = checkpoint is not None and config.checkpoint_every > 0
-
-    def save(finished: bool, **extra: Any) -> None:
-        if checkpoint is None:
-            return
-        current = {"fingerprint": fingerprint, "rows": rows, "wall_s": elapsed, "done": finished}
-        save_state(checkpoint, {**current, **extra}, None if finished else trainer.save_checkpoint)
-
-    if state is not None and checkpoint is not None:
-        trainer.load_checkpoint(checkpoint.with_suffix(".pt"))
-        rows, elapsed = state["rows"], state["wall_s"]
-    elif saving:
-        # The projection is released once: saved before training, reused on every restart.
-        if projection_file is not None and directions is not None:
-            projection_file.parent.mkdir(parents=True, exist_ok=True)
-            np.save(projection_file, directions)
-        save(False, steps=0)
+    scheduled = ScheduledTrainer(
+        trainer,
+        trainer.optimizer.optimizer,
+        lambda done: learning_rate(config, done / per_epoch),
+    )
     event_projection = projection_event(config, spec.pca_noise)
-    epochs_total = math.ceil(spec.steps / per_epoch)
-    bar = progress_bar(epochs_total, math.ceil(trainer.steps_done / per_epoch), f"{spec.name}")
-    while trainer.steps_done < spec.steps:
-        start = time.perf_counter()
-        take = min(per_epoch - trainer.steps_done % per_epoch, spec.steps - trainer.steps_done)
-        for _ in range(take):
-            rate = learning_rate(config, trainer.steps_done / per_epoch)
-            for group in trainer.optimizer.optimizer.param_groups:
-                group["lr"] = rate
-            trainer.step()
-        epoch = math.ceil(trainer.steps_done / per_epoch)
-        finished = trainer.steps_done == spec.steps
-        if (config.eval_every > 0 and epoch % config.eval_every == 0) or finished:
-            training_event = trainer.ledger.event()
-            rows.append(
-                {
-                    "run": spec.name,
-                    "epoch": round(trainer.steps_done / per_epoch, 3),
-                    "steps": trainer.steps_done,
-                    "test_accuracy": accuracy(model, test_inputs, y_test),
-                    "train_accuracy": accuracy(model, inputs[:10_000], y_train[:10_000]),
-                    "epsilon_moments": moments_epsilon(training_event, config.delta),
-                    "epsilon_moments_with_pca": moments_epsilon(
-                        with_projection(training_event, event_projection), config.delta
-                    ),
-                    "wall_s": round(elapsed + time.perf_counter() - start, 2),
-                }
-            )
-        elapsed += time.perf_counter() - start
-        if saving and (epoch % config.checkpoint_every == 0 or finished):
-            save(False, steps=trainer.steps_done)
-        bar.update(1)
-        if on_epoch is not None:
-            on_epoch(spec.name, epoch)
-    bar.close()
-    statement = _statement(config, spec, trainer, event_projection)
-    if saving:
-        save(True, steps=spec.steps, statement=statement)
-    return rows, statement
+
+    def measure(_: Trainable) -> dict[str, Any]:
+        training_event = trainer.ledger.event()
+        total = with_projection(training_event, event_projection)
+        return {
+            "test_accuracy": accuracy(model, test_inputs, y_test),
+            "train_accuracy": accuracy(model, inputs[:TRAIN_EVAL], y_train[:TRAIN_EVAL]),
+            "epsilon_moments": epsilon_columns(training_event, config.delta, ("moments",))[
+                "moments"
+            ],
+            "epsilon_moments_with_pca": epsilon_columns(total, config.delta, ("moments",))[
+                "moments"
+            ],
+        }
+
+    run_training(
+        scheduled,
+        state,
+        steps=spec.steps,
+        eval_every=eval_steps(config, spec.steps, per_epoch),
+        per_epoch=per_epoch,
+        measure=measure,
+        row={"run": spec.name},
+        deadline=deadline,
+        label=spec.name,
+    )
+    if trainer.steps_done == 0:
+        return state, None
+    return state, _statement(config, spec, trainer, event_projection)
+
+
+def train_baseline(
+    config: MnistConfig,
+    data: Data,
+    *,
+    store: Path | None = None,
+    fingerprint: str | None = None,
+    deadline: float | None = None,
+) -> RunState:
+    """Non-private: exact PCA on all training rows, plain SGD on shuffled lots; resumable.
+
+    The harness's :class:`~reproductions.harness.NonPrivateTrainer` (a fresh permutation per
+    epoch, batches of exactly ``lot_size``, the last partial batch dropped) with the private
+    runs' learning-rate schedule; rows like :func:`train_private`'s, epsilons None.
+    """
+    x_train, y_train, x_test, y_test = data
+    seed = config.seed + 99
+    directions = dp_pca_directions(
+        x_train,
+        components=config.pca_components,
+        noise_std=0.0,
+        sample_rate=1.0,
+        rng=np.random.default_rng(seed),
+    )
+    inputs, test_inputs = project(x_train, directions), project(x_test, directions)
+    torch.manual_seed(seed)
+    model = make_model(config, inputs.shape[1])
+    trainer = NonPrivateTrainer(
+        model,
+        inputs,
+        y_train,
+        optimizer=lambda params: torch.optim.SGD(params, lr=config.lr_start),
+        loss_fn=nn.CrossEntropyLoss(),
+        batch_size=config.lot_size,
+        seed=seed,
+    )
+    per_epoch = trainer.steps_per_epoch
+    # The epoch fraction as (epoch - 1) + step / per_epoch, as the baseline always computed it
+    # (equal to done / per_epoch up to the last bit).
+    scheduled = ScheduledTrainer(
+        trainer,
+        trainer.optimizer,
+        lambda done: learning_rate(config, done // per_epoch + done % per_epoch / per_epoch),
+    )
+    state = RunState.open(store, baseline_spec(config, len(x_train)), fingerprint or code())
+    steps = config.baseline_epochs * per_epoch
+    run_training(
+        scheduled,
+        state,
+        steps=steps,
+        eval_every=eval_steps(config, steps, per_epoch),
+        per_epoch=per_epoch,
+        measure=lambda _: {
+            "test_accuracy": accuracy(model, test_inputs, y_test),
+            "train_accuracy": accuracy(model, inputs[:TRAIN_EVAL], y_train[:TRAIN_EVAL]),
+            "epsilon_moments": None,
+            "epsilon_moments_with_pca": None,
+        },
+        row={"run": "non-private"},
+        deadline=deadline,
+        label="non-private",
+    )
+    return state
 
 
 def _statement(
@@ -375,11 +524,11 @@ def _statement(
             "noise_std": spec.pca_noise,
             "sample_rate": config.pca_sample_rate,
             "sensitivity": "1 (unit-norm rows; upper triangle of A^T A incl. diagonal)",
-            "epsilon_alone": epsilons(event_projection, config.delta),
+            "epsilon_alone": epsilon_columns(event_projection, config.delta),
         }
     statement["projection"] = config.projection
-    statement["epsilon_training_only"] = epsilons(training_event, config.delta)
-    statement["epsilon_with_pca"] = epsilons(
+    statement["epsilon_training_only"] = epsilon_columns(training_event, config.delta)
+    statement["epsilon_with_pca"] = epsilon_columns(
         with_projection(training_event, event_projection), config.delta
     )
     return statement

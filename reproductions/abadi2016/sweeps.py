@@ -8,10 +8,12 @@ panels; we run the three architecture/lot panels: (1) PCA projection dimension (
 no-PCA and random-projection lines), (2) hidden units, (3) lot size.
 
 Profiles: ``full`` runs the grid of Fig. 5's axes, each point trained until our moments
-accountant (training + DP-PCA) reaches epsilon = 2 at delta = 1e-5, resumable from
-``reproductions/checkpoints/abadi2016_sweeps/full/``; ``quick`` is a deliberately tiny version
-(2 epochs per point, 2-3 values per axis) that shows the pipeline, not the paper's accuracies.
-Everything reuses :mod:`reproductions.abadi2016.mnist_core` (model, data, DP-PCA, schedule).
+accountant (training + DP-PCA) reaches epsilon = 2 at delta = 1e-5, resumable from the run store
+(``reproductions/checkpoints/abadi2016_sweeps/``, a commit every 10 epochs); ``quick`` is a
+deliberately tiny version (2 epochs per point, 2-3 values per axis) that shows the pipeline, not
+the paper's accuracies. Everything reuses :mod:`reproductions.abadi2016.mnist_core` (model, data,
+DP-PCA, schedule, the harness-driven run); a ``deadline`` stops the runs early, saved with a
+``status`` per run in the results' ``summary``.
 """
 
 from __future__ import annotations
@@ -24,22 +26,26 @@ from typing import Any
 
 import torch
 
+from dpcore.atomic import atomic_write_text
 from dpcore.errors import InvalidParameterError
 from reproductions.abadi2016.mnist_core import (
     Data,
     MnistConfig,
     RunSpec,
+    code,
+    epochs_reached,
     load_data,
     projection_event,
+    run_status,
     steps_per_epoch,
     steps_within_budget,
     train_private,
 )
-from reproductions.common import FIGURES, ROOT, load_results, save_results, write_between_markers
+from reproductions.common import write_between_markers
+from reproductions.harness import Output, RunState, hardware_label
 
 STEM = "abadi2016_sweeps"
 README = Path(__file__).with_name("README.md")
-CHECKPOINTS = ROOT / "reproductions" / "checkpoints" / STEM
 TABLE_START, TABLE_END = "<!-- sweeps-table:start -->", "<!-- sweeps-table:end -->"
 AXES = ("pca", "hidden", "lot")
 AXIS_LABELS = {
@@ -88,7 +94,11 @@ class SweepConfig:
     lot_sizes: tuple[int, ...] = (300, 600, 1200)
     random_projection: bool = True
     epochs: int | None = 2
-    checkpoint_every: int = 0
+    #: Evaluate (and commit a checkpoint) every this many epochs, 0: only at the end. Only a
+    #: point's last evaluation is reported.
+    eval_every: int = 0
+    #: Keep the runs in the run store (resumable), as the full profile does.
+    checkpoint: bool = False
     seed: int = 0
 
 
@@ -101,7 +111,8 @@ PROFILES = {
         lot_sizes=tuple(range(200, 1201, 100)),
         random_projection=True,
         epochs=None,
-        checkpoint_every=10,
+        eval_every=10,
+        checkpoint=True,
     ),
 }
 
@@ -128,8 +139,8 @@ def point_config(config: SweepConfig, axis: str, value: int) -> MnistConfig:
         projection=projection,
         pca_components=pca or config.reference_pca,
         delta=config.delta,
-        eval_every=0,
-        checkpoint_every=config.checkpoint_every,
+        eval_every=config.eval_every,
+        checkpoint=config.checkpoint,
         seed=config.seed,
     )
 
@@ -153,13 +164,25 @@ def run_steps(config: SweepConfig, point: MnistConfig, dataset_size: int) -> int
     )
 
 
-def run(config: SweepConfig, *, checkpoint_dir: Path | None = None) -> dict[str, Any]:
-    """Train every point (each distinct model once); rows per (axis, value) and statements."""
+def run(
+    config: SweepConfig,
+    *,
+    store: Path | None = None,
+    deadline: float | None = None,
+    data: Data | None = None,
+) -> dict[str, Any]:
+    """Train every point (each distinct model once); rows per (axis, value), statements, summary.
+
+    With ``store`` the runs resume from the run store; ``deadline`` stops them early (a stopped
+    run's ``summary`` entry says how far it got; its rows show its last evaluation, if any).
+    """
     from tqdm import tqdm
 
-    data: Data = load_data()
+    data = load_data() if data is None else data
     n = len(data[0])
-    done: dict[str, tuple[list[dict[str, Any]], dict[str, Any]]] = {}
+    fingerprint = code()
+    done: dict[str, tuple[RunState, dict[str, Any] | None]] = {}
+    summary: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
     for axis, value in tqdm(points(config), desc=STEM, unit="point", disable=None):
         point = point_config(config, axis, value)
@@ -174,62 +197,90 @@ def run(config: SweepConfig, *, checkpoint_dir: Path | None = None) -> dict[str,
             )
             if spec.steps < 1:
                 raise InvalidParameterError("target_epsilon", "to allow one step", spec.steps)
-            checkpoint = None if checkpoint_dir is None else checkpoint_dir / name
-            done[name] = train_private(point, spec, data, checkpoint=checkpoint)
-        run_rows, statement = done[name]
-        last = run_rows[-1]
-        total = statement["epsilon_with_pca"]
+            done[name] = train_private(
+                point, spec, data, store=store, fingerprint=fingerprint, deadline=deadline
+            )
+            planned = spec.steps / steps_per_epoch(point, n)
+            state = done[name][0]
+            summary[name] = {
+                "status": run_status(state, planned),
+                "steps_planned": spec.steps,
+                "epochs_planned": planned,
+                "epochs_run": epochs_reached(state),
+            }
+        state, statement = done[name]
+        last = state.rows[-1] if state.rows else {}
+        total = {} if statement is None else statement["epsilon_with_pca"]
         rows.append(
             {
                 "axis": axis,
                 "value": value,
                 "run": name,
-                "epochs": last["epoch"],
-                "steps": last["steps"],
-                "test_accuracy": last["test_accuracy"],
-                "train_accuracy": last["train_accuracy"],
-                "epsilon_moments_with_pca": total["moments"],
-                "epsilon_pld_upper_with_pca": total["pld_upper"],
+                "epochs": last.get("epoch", 0),
+                "steps": last.get("step", 0),
+                "test_accuracy": last.get("test_accuracy"),
+                "train_accuracy": last.get("train_accuracy"),
+                "epsilon_moments_with_pca": total.get("moments"),
+                "epsilon_pld_upper_with_pca": total.get("pld_upper"),
                 "paper_test_accuracy": PAPER_FIG5[axis].get(value),
-                "wall_s": last["wall_s"],
+                "wall_s": last.get("wall_s"),
             }
         )
-    return {"rows": rows, "statements": {name: item[1] for name, item in done.items()}}
+    statements = {name: item[1] for name, item in done.items() if item[1] is not None}
+    return {"rows": rows, "statements": statements, "summary": summary, "code": fingerprint}
 
 
-def compute(profile: str = "quick") -> None:
-    """Run the profile's sweep; save rows (figures/abadi2016_sweeps.*) and the statements."""
-    config = PROFILES[profile]
+def compute(
+    profile: str = "quick",
+    *,
+    config: SweepConfig | None = None,
+    output: Output | None = None,
+    deadline: float | None = None,
+) -> None:
+    """Run the profile's sweep; save rows (``<figures>/abadi2016_sweeps.*``) and the statements.
+
+    ``config`` replaces the profile's; ``output`` the folders (the full profile's runs go to its
+    run store); ``deadline`` (a ``time.time()`` value) stops the runs early.
+    """
+    if config is None:
+        if profile not in PROFILES:
+            raise InvalidParameterError("profile", f"in {sorted(PROFILES)}", profile)
+        config = PROFILES[profile]
+    output = output or Output()
     start = time.perf_counter()
-    checkpoint_dir = CHECKPOINTS / config.profile if config.checkpoint_every > 0 else None
-    result = run(config, checkpoint_dir=checkpoint_dir)
-    FIGURES.mkdir(parents=True, exist_ok=True)
-    statements = FIGURES / f"{STEM}_privacy.json"
-    statements.write_text(
-        json.dumps(result["statements"], indent=1, sort_keys=True, default=str) + "\n"
-    )
+    store = output.store(STEM) if config.checkpoint else None
+    result = run(config, store=store, deadline=deadline)
+    statements = output.path(f"{STEM}_privacy.json")
+    text = json.dumps(result["statements"], indent=1, sort_keys=True, default=str) + "\n"
+    atomic_write_text(statements, text)
     extra = {
         "seed": config.seed,
-        "hardware": f"{torch.get_num_threads()} torch threads, CPU",
+        "hardware": hardware_label("cpu"),
         "torch": torch.__version__,
+        "code_fingerprint": result["code"],
         "wall_time_s": round(time.perf_counter() - start, 1),
         "privacy_statements": statements.name,
         "paper_fig5": {
             axis: {str(k): v for k, v in item.items()} for axis, item in PAPER_FIG5.items()
         },
+        "summary": result["summary"],
     }
-    save_results(STEM, config=config, rows=result["rows"], extra=extra)
+    output.save_results(STEM, config=config, rows=result["rows"], extra=extra)
 
 
-def plot() -> None:
-    """figures/abadi2016_sweeps.png: test accuracy vs each parameter, ours and the paper's."""
+def plot(*, output: Output | None = None, readme: Path | None = None) -> None:
+    """``<figures>/abadi2016_sweeps.png``: test accuracy vs each parameter, ours and the paper's."""
+    output = output or Output()
+    if not output.has_results(STEM):
+        return
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    data = load_results(STEM)
-    rows, config, paper = data["rows"], data["config"], data["paper_fig5"]
+    data = output.load_results(STEM)
+    config, paper = data["config"], data["paper_fig5"]
+    rows = [row for row in data["rows"] if row["test_accuracy"] is not None]
     figure, axes = plt.subplots(1, 3, figsize=(13, 3.8), sharey=True)
     for axis_name, axis in zip(AXES, axes, strict=True):
         mine = sorted(
@@ -264,9 +315,9 @@ def plot() -> None:
         fontsize=10,
     )
     figure.tight_layout()
-    figure.savefig(FIGURES / f"{STEM}.png", dpi=150)
+    figure.savefig(output.path(f"{STEM}.png"), dpi=150)
     plt.close(figure)
-    write_readme_table(data)
+    write_readme_table(data, readme=readme)
 
 
 def readme_table(data: dict[str, Any]) -> str:
@@ -289,18 +340,27 @@ def readme_table(data: dict[str, Any]) -> str:
         "| test acc. ours | paper (Fig. 5, read off) |",
         "|---|---|---|---|---|---|",
     ]
+    summary = data.get("summary", {})  # results saved before statuses existed: all done
     for row in data["rows"]:
         value = "none" if (row["axis"], row["value"]) == ("pca", 0) else row["value"]
         paper = row["paper_test_accuracy"]
-        pld = row["epsilon_pld_upper_with_pca"]
+        status = summary.get(row["run"], {}).get("status", "done")
+        epochs = f"{row['epochs']:g}" + ("" if status == "done" else f", {status}")
+        if row["test_accuracy"] is None:  # stopped before its first evaluation
+            spent, accuracy = "-", "-"
+        else:
+            spent = " / ".join(
+                "inf" if eps is None else f"{eps:.2f}"  # null is an infinite epsilon
+                for eps in (row["epsilon_moments_with_pca"], row["epsilon_pld_upper_with_pca"])
+            )
+            accuracy = f"{row['test_accuracy']:.3f}"
         lines.append(
-            f"| {AXIS_LABELS[row['axis']]} | {value} | {row['epochs']:g} "
-            f"| {row['epsilon_moments_with_pca']:.2f} / {'inf' if pld is None else f'{pld:.2f}'} "
-            f"| {row['test_accuracy']:.3f} | {'-' if paper is None else f'≈{paper:.3f}'} |"
+            f"| {AXIS_LABELS[row['axis']]} | {value} | {epochs} | {spent} | {accuracy} "
+            f"| {'-' if paper is None else f'≈{paper:.3f}'} |"
         )
     return "\n".join(lines)
 
 
-def write_readme_table(data: dict[str, Any]) -> None:
+def write_readme_table(data: dict[str, Any], *, readme: Path | None = None) -> None:
     """Replace the table between the README's sweep markers (left alone if they are absent)."""
-    write_between_markers(README, TABLE_START, TABLE_END, readme_table(data))
+    write_between_markers(readme or README, TABLE_START, TABLE_END, readme_table(data))

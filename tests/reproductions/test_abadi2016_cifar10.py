@@ -5,7 +5,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import pickle
+import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -13,9 +16,9 @@ import torch
 
 from dpcore.accountants import MomentsAccountant
 from dpcore.events import dpsgd_event
-from reproductions import common
-from reproductions.abadi2016 import cifar10
+from reproductions.abadi2016 import cifar10, cifar10_training
 from reproductions.abadi2016.cifar10 import CifarConfig, CifarSetting
+from reproductions.harness import ROOT, Output
 
 PER_BATCH = 64  # 5 training batches (320 images) and a test batch of 64
 TINY_SETTING = CifarSetting(
@@ -47,45 +50,46 @@ def _tiny(directory: Path | None) -> CifarConfig:
 
 
 @pytest.fixture
-def figures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    out = tmp_path / "figures"
-    out.mkdir()
-    monkeypatch.setattr(common, "FIGURES", out)
-    readme = tmp_path / "README.md"
-    readme.write_text(f"a\n{cifar10.TABLE_START}\nold\n{cifar10.TABLE_END}\nb\n")
-    monkeypatch.setattr(cifar10, "README", readme)
-    return out
+def readme(tmp_path: Path) -> Path:
+    path = tmp_path / "README.md"
+    path.write_text(f"a\n{cifar10.TABLE_START}\nold\n{cifar10.TABLE_END}\nb\n")
+    return path
 
 
-def test_runs_on_a_tiny_directory(tmp_path: Path, figures: Path) -> None:
+def test_runs_on_a_tiny_directory(tmp_path: Path, readme: Path) -> None:
     _write_batches(tmp_path / "cifar")
-    cifar10.compute(config=_tiny(tmp_path / "cifar"))
-    saved = json.loads((figures / "abadi2016_cifar10.json").read_text())
+    output = Output.under(tmp_path)
+    cifar10.compute(config=_tiny(tmp_path / "cifar"), output=output)
+    saved = output.load_results("abadi2016_cifar10")
     assert saved["status"] == "run" and saved["n_train"] == 320 and saved["n_test"] == 64
     rows = saved["rows"]
     assert [row["epoch"] for row in rows] == [1, 2]
-    assert [row["steps"] for row in rows] == [10, 20]  # 320 / 32 lots per epoch
+    assert [row["step"] for row in rows] == [10, 20]  # 320 / 32 lots per epoch
     assert all(0.0 <= row["test_accuracy"] <= 1.0 for row in rows)
     # q = 32 / 320, sigma = 6 (the paper's, §5.3), 20 steps.
     expected = MomentsAccountant().compose(
         dpsgd_event(sampling_probability=0.1, noise_multiplier=6.0, steps=20)
     )
     assert rows[-1]["epsilon_moments"] == pytest.approx(expected.get_epsilon(1e-5))
-    statement = json.loads((figures / "abadi2016_cifar10_tiny_privacy.json").read_text())
+    assert rows[0]["epsilon_pld_upper"] is None and rows[-1]["epsilon_pld_upper"] > 0
+    assert saved["summary"]["tiny"]["status"] == "done"
+    assert not output.runs.exists()  # no run store unless the config asks for one
+    statement = json.loads(output.path("abadi2016_cifar10_tiny_privacy.json").read_text())
     assert statement["steps"] == 20 and statement["dataset_size"] == 320
     assert statement["run"]["max_grad_norm"] == 3.0 and statement["run"]["engine"] == "fast"
     assert statement["epsilon"]["moments"]["epsilon"] == pytest.approx(rows[-1]["epsilon_moments"])
-    cifar10.plot()
-    assert (figures / "abadi2016_cifar10.png").stat().st_size > 0
-    table = cifar10.README.read_text()
+    cifar10.plot(output=output, readme=readme)
+    assert output.path("abadi2016_cifar10.png").stat().st_size > 0
+    table = readme.read_text()
     assert "old" not in table and "| tiny (32) | 2 (≈3) |" in table and "not run" not in table
     assert "| eps4_lot4000 (4000) | not in this profile (≈125) |" in table
 
 
-def test_missing_directory_records_not_run(tmp_path: Path, figures: Path) -> None:
-    (figures / "abadi2016_cifar10.png").write_bytes(b"stale")
-    cifar10.compute(config=_tiny(tmp_path / "absent"))
-    saved = json.loads((figures / "abadi2016_cifar10.json").read_text())
+def test_missing_directory_records_not_run(tmp_path: Path, readme: Path) -> None:
+    output = Output.under(tmp_path)
+    output.path("abadi2016_cifar10.png").write_bytes(b"stale")
+    cifar10.compute(config=_tiny(tmp_path / "absent"), output=output)
+    saved = output.load_results("abadi2016_cifar10")
     assert saved["status"] == "not run: data unavailable"
     assert "data_batch_1" in saved["error"] and saved["rows"] == [] and saved["summary"] == {}
     # Accounting needs no data: Fig. 6's settings are still reported (lot 2,000, ~56 epochs).
@@ -95,12 +99,33 @@ def test_missing_directory_records_not_run(tmp_path: Path, figures: Path) -> Non
     assert saved["paper_accounting"]["eps2_lot2000"]["moments"] == pytest.approx(
         expected.get_epsilon(1e-5)
     )
-    cifar10.plot()
-    assert not (figures / "abadi2016_cifar10.png").exists()
-    table = cifar10.README.read_text()
+    cifar10.plot(output=output, readme=readme)
+    assert not output.path("abadi2016_cifar10.png").exists()
+    table = readme.read_text()
     assert "| eps2_lot2000 (2000) | not run: data unavailable (≈56) | - | 0.67 | - |" in table
     assert "| eps8_lot4000 (4000) | not run: data unavailable (≈665) | - | 0.73 | - |" in table
     assert "data_batch_1" in table
+
+
+def test_deadline_saves_a_summary_that_says_it_stopped(tmp_path: Path, readme: Path) -> None:
+    _write_batches(tmp_path / "cifar")
+    output = Output.under(tmp_path)
+    cifar10.compute(config=_tiny(tmp_path / "cifar"), output=output, deadline=0.0)
+    saved = output.load_results("abadi2016_cifar10")
+    assert saved["status"] == "run" and saved["rows"] == []
+    item = saved["summary"]["tiny"]
+    assert item["status"] == "stopped at epoch 0 of 2 (deadline)"
+    assert item["test_accuracy"] is None and item["privacy_statement"] is None
+    cifar10.plot(output=output, readme=readme)
+    assert "| tiny (32) | 0, stopped at epoch 0 of 2 (deadline) (≈3) | - |" in readme.read_text()
+
+
+def test_plot_reads_the_committed_results(tmp_path: Path, readme: Path) -> None:
+    output = Output.under(tmp_path)
+    output.figures.mkdir(parents=True)
+    shutil.copy(ROOT / "figures" / "abadi2016_cifar10.json", output.figures)
+    cifar10.plot(output=output, readme=readme)
+    assert "| eps2_lot2000 (2000) |" in readme.read_text()
 
 
 def test_directory_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -130,26 +155,54 @@ def test_model_shapes_and_preprocessing() -> None:
     assert one.shape == (7, 3, 24, 24) and torch.equal(one, two) and not torch.equal(one, other)
 
 
-def test_interrupted_setting_resumes_to_the_same_rows(tmp_path: Path) -> None:
+class InterruptError(Exception):
+    """Raised by the patched evaluator to simulate a crash."""
+
+
+def _evaluations(monkeypatch: pytest.MonkeyPatch, *, crash_at: int | None = None) -> list[int]:
+    """Count the evaluator's calls (two per epoch: test, then train); raise at call ``crash_at``."""
+    calls: list[int] = []
+    original: Callable[..., float] = cifar10_training.evaluate
+
+    def counting(*args: Any, **kwargs: Any) -> float:
+        calls.append(len(calls) + 1)
+        if calls[-1] == crash_at:
+            raise InterruptError
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(cifar10_training, "evaluate", counting)
+    return calls
+
+
+def test_interrupted_setting_resumes_to_the_same_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _write_batches(tmp_path / "cifar")
     x_train, y_train = cifar10.load_cifar10(tmp_path / "cifar", "train")
     x_test, y_test = cifar10.load_cifar10(tmp_path / "cifar", "test")
     data = (x_train, torch.as_tensor(y_train), x_test, torch.as_tensor(y_test))
-    config = dataclasses.replace(_tiny(tmp_path / "cifar"), checkpoint_every=1)
-    reference, _ = cifar10.train_setting(config, TINY_SETTING, data)
+    config = dataclasses.replace(_tiny(tmp_path / "cifar"), checkpoint=True)
+    reference, _ = cifar10.train_setting(config, TINY_SETTING, data, store=tmp_path / "reference")
 
-    def crash(name: str, epoch: int) -> None:
-        if epoch == 1:
-            raise RuntimeError("interrupted")
-
-    checkpoint = tmp_path / "ckpt" / "tiny"
-    with pytest.raises(RuntimeError, match="interrupted"):
-        cifar10.train_setting(config, TINY_SETTING, data, checkpoint=checkpoint, on_epoch=crash)
-    epochs: list[int] = []
-    resumed, statement = cifar10.train_setting(
-        config, TINY_SETTING, data, checkpoint=checkpoint, on_epoch=lambda n, e: epochs.append(e)
-    )
-    assert epochs == [2]
-    strip = [{k: v for k, v in row.items() if k != "wall_s"} for row in reference]
-    assert [{k: v for k, v in row.items() if k != "wall_s"} for row in resumed] == strip
-    assert statement["steps"] == 20
+    store = tmp_path / "runs"
+    _evaluations(monkeypatch, crash_at=3)  # killed while evaluating epoch 2
+    with pytest.raises(InterruptError):
+        cifar10.train_setting(config, TINY_SETTING, data, store=store)
+    (folder,) = store.iterdir()
+    assert sorted(p.name for p in folder.iterdir()) == ["checkpoint-10.pt", "state.json"]
+    calls = _evaluations(monkeypatch)
+    resumed, statement = cifar10.train_setting(config, TINY_SETTING, data, store=store)
+    assert len(calls) == 2  # only epoch 2 (its distortions redrawn from the seed and epoch)
+    assert resumed.done and statement is not None and statement["steps"] == 20
+    strip = [{k: v for k, v in row.items() if k != "wall_s"} for row in reference.rows]
+    assert [{k: v for k, v in row.items() if k != "wall_s"} for row in resumed.rows] == strip
+    # The same weights, bit for bit.
+    assert reference.checkpoint_path is not None and resumed.checkpoint_path is not None
+    theirs = torch.load(reference.checkpoint_path, weights_only=True)["model"]
+    ours = torch.load(resumed.checkpoint_path, weights_only=True)["model"]
+    for key, value in theirs.items():
+        torch.testing.assert_close(ours[key], value, rtol=0, atol=0)
+    # Finished: read back without training or evaluating.
+    _evaluations(monkeypatch, crash_at=1)
+    again, _ = cifar10.train_setting(config, TINY_SETTING, data, store=store)
+    assert again.rows == resumed.rows

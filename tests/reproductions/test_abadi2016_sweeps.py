@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -11,9 +15,9 @@ import pytest
 from dpcore.accountants import MomentsAccountant
 from dpcore.errors import InvalidParameterError
 from dpcore.events import ComposedEvent, GaussianEvent, dpsgd_event
-from reproductions import common
 from reproductions.abadi2016 import mnist_core, sweeps
 from reproductions.abadi2016.sweeps import SweepConfig
+from reproductions.harness import ROOT, Output
 
 TINY = SweepConfig(
     profile="test",
@@ -92,6 +96,7 @@ def test_budget_mode_trains_until_the_target_epsilon() -> None:
         target_epsilon=3.0,
     )
     row = sweeps.run(config)["rows"][0]
+    assert row["epochs"] == row["steps"] / 10
     assert 0 < row["epsilon_moments_with_pca"] <= 3.0
     point = sweeps.point_config(config, "pca", 4)
     one_more = ComposedEvent(
@@ -109,22 +114,65 @@ def test_point_config_rejects_unknown_axis() -> None:
         sweeps.point_config(TINY, "depth", 2)
 
 
+def _readme(tmp_path: Path) -> Path:
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{sweeps.TABLE_START}\nold\n{sweeps.TABLE_END}\nrest\n")
+    return readme
+
+
+def _evaluations(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    original: Callable[..., float] = mnist_core.evaluate
+
+    def counting(*args: Any, **kwargs: Any) -> float:
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(mnist_core, "evaluate", counting)
+    return calls
+
+
 def test_compute_and_plot_write_results_and_table(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(common, "FIGURES", tmp_path)
-    monkeypatch.setattr(sweeps, "FIGURES", tmp_path)
-    readme = tmp_path / "README.md"
-    readme.write_text(f"intro\n{sweeps.TABLE_START}\nold\n{sweeps.TABLE_END}\nrest\n")
-    monkeypatch.setattr(sweeps, "README", readme)
-    monkeypatch.setitem(sweeps.PROFILES, "test", TINY)
-    sweeps.compute("test")
-    sweeps.plot()
-    saved = json.loads((tmp_path / "abadi2016_sweeps.json").read_text())
+    output = Output.under(tmp_path)
+    config = dataclasses.replace(TINY, checkpoint=True)
+    sweeps.compute(config=config, output=output)
+    readme = _readme(tmp_path)
+    sweeps.plot(output=output, readme=readme)
+    saved = output.load_results("abadi2016_sweeps")
     assert len(saved["rows"]) == 9 and saved["config"]["epochs"] == 1
-    assert (tmp_path / "abadi2016_sweeps.png").stat().st_size > 0
-    statements = json.loads((tmp_path / "abadi2016_sweeps_privacy.json").read_text())
+    assert {item["status"] for item in saved["summary"].values()} == {"done"}
+    assert len(list(output.store("abadi2016_sweeps").iterdir())) == 7  # one run per model
+    assert output.path("abadi2016_sweeps.png").stat().st_size > 0
+    statements = json.loads(output.path("abadi2016_sweeps_privacy.json").read_text())
     assert statements["dp_pca4_h8_l20"]["run"]["noise_multiplier"] == 4.0
     text = readme.read_text()
     assert "old" not in text and text.startswith("intro\n") and text.endswith("rest\n")
     assert "NOT comparable" in text and "| lot size | 40 |" in text
+    # Again: every run is read back from the run store, none trained or evaluated.
+    calls = _evaluations(monkeypatch)
+    sweeps.compute(config=config, output=output)
+    assert calls == [] and output.load_results("abadi2016_sweeps")["rows"] == saved["rows"]
+
+
+def test_deadline_saves_a_summary_that_says_it_stopped(tmp_path: Path) -> None:
+    output = Output.under(tmp_path)
+    sweeps.compute(config=TINY, output=output, deadline=0.0)
+    saved = output.load_results("abadi2016_sweeps")
+    assert len(saved["summary"]) == 7
+    assert saved["summary"]["dp_pca4_h8_l20"]["status"] == "stopped at epoch 0 of 1 (deadline)"
+    assert all(row["test_accuracy"] is None for row in saved["rows"])
+    readme = _readme(tmp_path)
+    sweeps.plot(output=output, readme=readme)
+    assert "| lot size | 40 | 0, stopped at epoch 0 of 1 (deadline) | - | - |" in readme.read_text()
+
+
+def test_plot_reads_the_committed_results(tmp_path: Path) -> None:
+    output = Output.under(tmp_path)
+    output.figures.mkdir(parents=True)
+    shutil.copy(ROOT / "figures" / "abadi2016_sweeps.json", output.figures)
+    readme = _readme(tmp_path)
+    sweeps.plot(output=output, readme=readme)
+    assert output.path("abadi2016_sweeps.png").stat().st_size > 10_000
+    assert "| lot size | 1200 | 2 |" in readme.read_text()
