@@ -1,45 +1,13 @@
-"""Saving results with their provenance, and the shared figure style."""
+"""Helpers shared by the reproductions: README tables, JSON-safe numbers, code fingerprints.
+
+Results are saved and read through :class:`reproductions.harness.output.Output`.
+"""
 
 from __future__ import annotations
 
-import csv
-import dataclasses
 import hashlib
 import importlib.util
-import json
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-
-from dpcore.provenance import provenance
-
-ROOT = Path(__file__).resolve().parents[1]
-FIGURES = ROOT / "figures"
-
-
-def save_results(
-    stem: str, *, config: Any, rows: Sequence[dict[str, Any]], extra: dict[str, Any] | None = None
-) -> Path:
-    """Write ``figures/<stem>.json`` (config, provenance, rows) and ``figures/<stem>.csv``."""
-    FIGURES.mkdir(parents=True, exist_ok=True)
-    payload = {
-        "config": dataclasses.asdict(config) if dataclasses.is_dataclass(config) else config,
-        **provenance(root=ROOT, **(extra or {})),
-        "rows": list(rows),
-    }
-    path = FIGURES / f"{stem}.json"
-    path.write_text(json.dumps(payload, indent=1, allow_nan=False) + "\n")
-    if rows:
-        with (FIGURES / f"{stem}.csv").open("w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
-    return path
-
-
-def load_results(stem: str) -> dict[str, Any]:
-    """Read what :func:`save_results` wrote."""
-    return json.loads((FIGURES / f"{stem}.json").read_text())
 
 
 def write_between_markers(readme: Path, start: str, end: str, table: str) -> bool:

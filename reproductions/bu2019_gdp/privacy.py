@@ -39,13 +39,8 @@ from dpcore.events import DpEvent, dpsgd_event
 from dpcore.tradeoff import GaussianTradeoff
 from reproductions.bu2019_gdp import tradeoff_curves
 from reproductions.bu2019_gdp.settings import SETTINGS, Setting
-from reproductions.common import (
-    FIGURES,
-    finite_or_none,
-    load_results,
-    save_results,
-    write_between_markers,
-)
+from reproductions.common import finite_or_none, write_between_markers
+from reproductions.harness import Output
 
 STEM = "bu2019_privacy"
 README = Path(__file__).with_name("README.md")
@@ -227,8 +222,13 @@ def _curves(setting: Setting, config: PrivacyConfig) -> dict[str, Any]:
     }
 
 
-def compute(profile: str = "quick") -> None:
-    """Account for every setting and draw-ready curves; save figures/bu2019_privacy.{json,csv}."""
+def compute(profile: str = "quick", *, output: Output | None = None) -> None:
+    """Account for every setting and draw-ready curves; save ``bu2019_privacy.{json,csv}``.
+
+    ``output`` (default :class:`~reproductions.harness.Output`: the repository's ``figures/``)
+    receives the files.
+    """
+    output = output or Output()
     config = PROFILES[profile]
     start = time.perf_counter()
     rows = [
@@ -255,17 +255,22 @@ def compute(profile: str = "quick") -> None:
         "curves": curves,
         "curves_rejected": rejected,
     }
-    save_results(STEM, config=config, rows=rows, extra=extra)
+    output.save_results(STEM, config=config, rows=rows, extra=extra)
 
 
-def plot() -> None:
-    """figures/bu2019_privacy_tradeoff.png (one panel per dataset) and the README table."""
+def plot(*, output: Output | None = None, readme: Path | None = None) -> None:
+    """``bu2019_privacy_tradeoff.png`` (one panel per dataset) and the README table.
+
+    Reads ``output``'s saved results (default: the repository's ``figures/``) and rewrites the
+    table of ``readme`` (default: this folder's README).
+    """
+    output = output or Output()
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    data = load_results(STEM)
+    data = output.load_results(STEM)
     curves = data["curves"]
     figure, panels = plt.subplots(
         2, len(curves), figsize=(4.2 * len(curves), 8.4), squeeze=False, layout="constrained"
@@ -304,9 +309,9 @@ def plot() -> None:
         "dataset, paper's n and lot; bottom: log-log view of the tail, where the CLT can "
         "claim too much privacy"
     )
-    figure.savefig(FIGURES / f"{STEM}_tradeoff.png", dpi=150)
+    figure.savefig(output.path(f"{STEM}_tradeoff.png"), dpi=150)
     plt.close(figure)
-    write_readme_table(data)
+    write_readme_table(data, readme=readme)
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:
@@ -362,6 +367,7 @@ def readme_table(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_readme_table(data: dict[str, Any]) -> None:
-    """Replace the table between the README's markers (left alone if they are absent)."""
-    write_between_markers(README, TABLE_START, TABLE_END, readme_table(data))
+def write_readme_table(data: dict[str, Any], *, readme: Path | None = None) -> None:
+    """Replace the table between the markers of ``readme`` (default: this folder's README; left
+    alone if they are absent)."""
+    write_between_markers(readme or README, TABLE_START, TABLE_END, readme_table(data))

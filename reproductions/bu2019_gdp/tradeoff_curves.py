@@ -25,7 +25,7 @@ from dpcore.tradeoff import (
     from_epsilon_delta_curve,
     minimum_hull,
 )
-from reproductions.common import FIGURES, load_results, save_results
+from reproductions.harness import Output
 
 STEM = "bu2019_tradeoff_curves"
 
@@ -89,8 +89,9 @@ def _rdp_curve(setting: Setting, alphas: np.ndarray) -> np.ndarray:
     return np.asarray(from_epsilon_delta_curve(epsilons, deltas)(alphas))
 
 
-def compute(config: TradeoffConfig = TradeoffConfig()) -> None:
-    """Compute the three curves per setting; save JSON + CSV under figures/."""
+def compute(config: TradeoffConfig = TradeoffConfig(), *, output: Output | None = None) -> None:
+    """Compute the three curves per setting; save JSON + CSV to ``output`` (default: figures/)."""
+    output = output or Output()
     alphas = np.unique(
         np.concatenate(
             [np.geomspace(1e-6, 1.0, config.alphas // 2), np.linspace(0.0, 1.0, config.alphas // 2)]
@@ -133,17 +134,18 @@ def compute(config: TradeoffConfig = TradeoffConfig()) -> None:
                     "rdp_implied": float(r),
                 }
             )
-    save_results(STEM, config=config, rows=rows, extra={"summary": summaries})
+    output.save_results(STEM, config=config, rows=rows, extra={"summary": summaries})
 
 
-def plot() -> None:
-    """Draw figures/<STEM>.png from the saved results."""
+def plot(*, output: Output | None = None) -> None:
+    """Draw ``<STEM>.png`` from the results saved in ``output`` (default: figures/)."""
+    output = output or Output()
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    data = load_results(STEM)
+    data = output.load_results(STEM)
     labels = [summary["label"] for summary in data["summary"]]
     figure, panels = plt.subplots(1, len(labels), figsize=(5 * len(labels), 4.5))
     for axes, summary in zip(np.atleast_1d(panels), data["summary"], strict=True):
@@ -166,5 +168,5 @@ def plot() -> None:
         axes.set_aspect("equal")
         axes.legend(fontsize=7)
     figure.tight_layout()
-    figure.savefig(FIGURES / f"{STEM}.png", dpi=150)
+    figure.savefig(output.path(f"{STEM}.png"), dpi=150)
     plt.close(figure)

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dpcore.errors import InvalidParameterError
 from reproductions.common import write_between_markers
 
-ROOT = Path(__file__).resolve().parents[2]
-CHECKPOINTS = ROOT / "reproductions" / "checkpoints"
+if TYPE_CHECKING:
+    # Not imported at run time: the TF Privacy baseline imports this module without torch.
+    from reproductions.harness.output import Output
+
 README = Path(__file__).with_name("README.md")
 
 #: IMDb training reviews (§5: 25,000 training samples).
@@ -103,8 +106,6 @@ def device_marker(marker: str, device: str) -> str:
     return marker if device == "cpu" else f"{marker}-{device}"
 
 
-def saved_devices(stem: str) -> list[str]:
-    """The devices (of ``cpu``, ``cuda``) whose results of ``stem`` are saved in ``figures/``."""
-    from reproductions.common import FIGURES
-
-    return [d for d in ("cpu", "cuda") if (FIGURES / f"{device_stem(stem, d)}.json").is_file()]
+def saved_devices(stem: str, output: Output) -> list[str]:
+    """The devices (of ``cpu``, ``cuda``) whose results of ``stem`` ``output`` holds."""
+    return [d for d in ("cpu", "cuda") if output.has_results(device_stem(stem, d))]

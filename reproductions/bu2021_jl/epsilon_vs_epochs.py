@@ -32,17 +32,11 @@ from typing import Any
 from dpcore.accountants import GdpCltAccountant, JlAccountant, PldAccountant
 from dpcore.events import JLGaussianEvent, PoissonSampledEvent, dpsgd_event
 from reproductions.bu2021_jl import config as paper
-from reproductions.common import (
-    FIGURES,
-    code_fingerprint,
-    finite_or_none,
-    load_results,
-    save_results,
-)
+from reproductions.common import code_fingerprint, finite_or_none
+from reproductions.harness import Output
 
 STEM = "bu2021_jl_epsilon"
 TABLE = "epsilon-table"
-CHECKPOINT_DIR = paper.CHECKPOINTS / STEM
 #: The code behind a cached epsilon: a change to any of it recomputes the cache.
 ACCOUNTANT_MODULES = ("dpcore.pld", "dpcore.accountants", "dpcore.events")
 
@@ -143,14 +137,18 @@ def _row(
     }
 
 
-def _checkpoint(config: EpsilonConfig, r: int) -> Path:
+def _checkpoint(config: EpsilonConfig, r: int, output: Output) -> Path:
+    """The cache file of one r in ``output``'s run store (``<runs>/bu2021_jl_epsilon/``)."""
     key = f"q{config.sampling_probability:.6g}_s{config.noise_multiplier:g}_b{config.bins}"
-    return CHECKPOINT_DIR / f"{key}_g{config.grid_spacing:g}_d{config.delta:g}_r{r}.json"
+    name = f"{key}_g{config.grid_spacing:g}_d{config.delta:g}_r{r}.json"
+    return output.store(STEM) / name
 
 
-def _jl_rows(config: EpsilonConfig, r: int, steps: list[int]) -> list[dict[str, Any]]:
+def _jl_rows(
+    config: EpsilonConfig, r: int, steps: list[int], *, output: Output
+) -> list[dict[str, Any]]:
     """Rows of one r, from the checkpoint when it covers these epochs (full runs resume)."""
-    path = _checkpoint(config, r)
+    path = _checkpoint(config, r, output)
     code = code_fingerprint(*ACCOUNTANT_MODULES)
     if path.is_file():
         cached = json.loads(path.read_text())
@@ -175,10 +173,15 @@ def _jl_rows(config: EpsilonConfig, r: int, steps: list[int]) -> list[dict[str, 
     return rows
 
 
-def compute(profile: str = "quick") -> None:
-    """Epsilon at each epoch of ``PROFILES[profile]`` for every r and for vanilla DP-SGD."""
+def compute(profile: str = "quick", *, output: Output | None = None) -> None:
+    """Epsilon at each epoch of ``PROFILES[profile]`` for every r and for vanilla DP-SGD.
+
+    ``output`` (default :class:`~reproductions.harness.Output`) receives the results and keeps
+    the per-r cache in its run store.
+    """
     from tqdm import tqdm
 
+    output = output or Output()
     config = PROFILES[profile]
     start = time.perf_counter()
     steps = epoch_steps(config)
@@ -199,7 +202,7 @@ def compute(profile: str = "quick") -> None:
     seconds: dict[str, float] = {}
     for r in tqdm(config.jl_dimensions, desc="JL accountant", unit="r"):
         began = time.perf_counter()
-        rows += _jl_rows(config, r, steps)
+        rows += _jl_rows(config, r, steps, output=output)
         seconds[str(r)] = round(time.perf_counter() - began, 2)
     extra = {
         "seed": None,
@@ -212,21 +215,26 @@ def compute(profile: str = "quick") -> None:
             "read from the paper",
         ],
     }
-    save_results(STEM, config=config, rows=rows, extra=extra)
+    output.save_results(STEM, config=config, rows=rows, extra=extra)
 
 
 def _series(rows: list[dict[str, Any]], method: str, r: int | None = None) -> list[dict[str, Any]]:
     return [row for row in rows if row["method"] == method and row["r"] == r]
 
 
-def plot() -> None:
-    """``figures/bu2021_jl_epsilon_vs_epochs.png`` and the README table, from the saved JSON."""
+def plot(*, output: Output | None = None, readme: Path | None = None) -> None:
+    """``bu2021_jl_epsilon_vs_epochs.png`` and the README table, from the saved JSON.
+
+    Reads and draws in ``output`` (default: figures/); the table goes to ``readme`` (default:
+    this folder's README).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    data = load_results(STEM)
+    output = output or Output()
+    data = output.load_results(STEM)
     rows, config = data["rows"], data["config"]
     figure, axis = plt.subplots(figsize=(7, 4.6))
     colours = plt.get_cmap("viridis")
@@ -273,9 +281,9 @@ def plot() -> None:
     axis.grid(alpha=0.3, which="both")
     axis.legend(fontsize=6, ncol=2)
     figure.tight_layout()
-    figure.savefig(FIGURES / "bu2021_jl_epsilon_vs_epochs.png", dpi=150)
+    figure.savefig(output.path("bu2021_jl_epsilon_vs_epochs.png"), dpi=150)
     plt.close(figure)
-    paper.replace_between(paper.README, TABLE, readme_table(data))
+    paper.replace_between(readme or paper.README, TABLE, readme_table(data))
 
 
 def _interval(row: dict[str, Any]) -> str:

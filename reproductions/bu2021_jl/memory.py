@@ -20,10 +20,11 @@ the cap applies to ``torch.cuda.max_memory_allocated`` instead). Lots are powers
 by bisection on the exponent (peak memory grows with the lot), so a method costs about
 log2(range) + 1 processes.
 
-The full profile keeps each probe under ``reproductions/checkpoints/`` so that a run cut off
-part-way resumes; each is keyed by everything that determines it (:func:`probe_key`: the cell,
-the lot, the cap, threads, timeout, noise multiplier, clipping norm, device, hardware, torch
-version and a fingerprint of the measuring code), and one stored under another key is ignored.
+The full profile keeps each probe in its :class:`~reproductions.harness.Output`'s run store
+(``reproductions/checkpoints/`` by default) so that a run cut off part-way resumes; each is keyed
+by everything that determines it (:func:`probe_key`: the cell, the lot, the cap, threads,
+timeout, noise multiplier, clipping norm, device, hardware, torch version and a fingerprint of
+the measuring code), and one stored under another key is ignored.
 """
 
 from __future__ import annotations
@@ -37,11 +38,11 @@ from bench import cache, cells
 from bench.cells import Cell
 from reproductions.bu2021_jl import config as paper
 from reproductions.bu2021_jl.memory_worker import MODULE, SMALL_HIDDEN, WIDE_HIDDEN, _variant
-from reproductions.common import code_fingerprint, save_results
+from reproductions.common import code_fingerprint
+from reproductions.harness import Output
 
 STEM = "bu2021_jl_memory"
 TABLE = "memory-table"
-CHECKPOINT_DIR = paper.CHECKPOINTS / STEM
 #: The code that measures (model and step builders, memory probe, worker, the outcome of a
 #: probe): its fingerprint is part of every cached probe's key.
 MEASURING_CODE = ("dpcore.torch", "bench", MODULE, "reproductions.bu2021_jl.memory")
@@ -228,17 +229,19 @@ def run_probe(
     hidden: int,
     method: Method,
     lot: int,
+    *,
+    output: Output,
 ) -> dict[str, Any]:
     """One lot of one method in a watched process, or its cached row.
 
     A row cached under exactly :func:`probe_key` is reused; the full profile caches every row
-    it measures (atomically, under ``CHECKPOINT_DIR``).
+    it measures (atomically, in ``output``'s run store: ``<runs>/<STEM>/``).
     """
     device = setup["device"]
     cell = Cell("mnist_cnn", method.method, _variant(hidden, method.per_direction), method.r)
     key = probe_key(config, setup, model, cell, lot)
     stem = f"{model}_{method.method}_{method.r}_{int(method.per_direction)}_{lot}"
-    path = cache.cached_path(CHECKPOINT_DIR, stem, key)
+    path = cache.cached_path(output.store(STEM), stem, key)
     cached = cache.load(path, key)
     if cached is not None:
         return cached
@@ -378,6 +381,7 @@ def _save(
     hardware: str,
     torch_version: str,
     wall_time_s: float | None,
+    output: Output,
 ) -> None:
     extra = {
         "seed": 0,
@@ -389,13 +393,18 @@ def _save(
         "complete": all(row["complete"] for row in rows),
         "probes": probes,
     }
-    save_results(stem_for(device), config=config, rows=rows, extra=extra)
+    output.save_results(stem_for(device), config=config, rows=rows, extra=extra)
 
 
-def compute(profile: str = "quick") -> None:
-    """Bisect the largest power-of-two lot under the cap for every (model, method)."""
+def compute(profile: str = "quick", *, output: Output | None = None) -> None:
+    """Bisect the largest power-of-two lot under the cap for every (model, method).
+
+    ``output`` (default :class:`~reproductions.harness.Output`) receives the results and keeps
+    the full profile's probes in its run store.
+    """
     import torch
 
+    output = output or Output()
     device = paper.default_device()
     config = PROFILES[profile].on(device)
     start = time.perf_counter()
@@ -408,7 +417,9 @@ def compute(profile: str = "quick") -> None:
     rows, probes = sweep(
         config,
         device,
-        lambda name, hidden, method, lot: run_probe(config, setup, name, hidden, method, lot),
+        lambda name, hidden, method, lot: run_probe(
+            config, setup, name, hidden, method, lot, output=output
+        ),
     )
     _save(
         config,
@@ -418,4 +429,5 @@ def compute(profile: str = "quick") -> None:
         hardware=hardware,
         torch_version=torch.__version__,
         wall_time_s=round(time.perf_counter() - start, 1),
+        output=output,
     )

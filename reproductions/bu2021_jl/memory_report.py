@@ -1,15 +1,17 @@
 """Bu et al. 2021, Tables 3-4: figure and README tables of :mod:`reproductions.bu2021_jl.memory`.
 
-Made from the saved results only (``figures/bu2021_jl_memory[_cuda].json``).
+Made from the saved results only (``bu2021_jl_memory[_cuda].json`` of an
+:class:`~reproductions.harness.Output`; default: ``figures/``).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from reproductions.bu2021_jl import config as paper
 from reproductions.bu2021_jl.memory import stem_for, table_for
-from reproductions.common import FIGURES, load_results
+from reproductions.harness import Output
 
 
 def _lot_text(row: dict[str, Any]) -> str:
@@ -57,13 +59,15 @@ def readme_table(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def plot() -> None:
-    """``figures/bu2021_jl_memory[_cuda].png`` and the README tables of every saved device."""
-    for device in paper.saved_devices(stem_for("cpu")):
-        plot_device(device)
+def plot(*, output: Output | None = None, readme: Path | None = None) -> None:
+    """``bu2021_jl_memory[_cuda].png`` and the README tables of every device saved in ``output``
+    (default: figures/); the tables go to ``readme`` (default: this folder's README)."""
+    output = output or Output()
+    for device in paper.saved_devices(stem_for("cpu"), output):
+        plot_device(device, output=output, readme=readme)
 
 
-def plot_device(device: str) -> None:
+def plot_device(device: str, *, output: Output | None = None, readme: Path | None = None) -> None:
     """Largest lot per method and model of the run on ``device``; and its README table."""
     import matplotlib
 
@@ -71,8 +75,9 @@ def plot_device(device: str) -> None:
     import matplotlib.pyplot as plt
     import numpy as np
 
+    output = output or Output()
     stem = stem_for(device)
-    data = load_results(stem)
+    data = output.load_results(stem)
     figure, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=False)
     for axis, model in zip(axes, ("small", "wide"), strict=True):
         rows = [row for row in data["rows"] if row["model"] == model]
@@ -99,6 +104,6 @@ def plot_device(device: str) -> None:
         fontsize=10,
     )
     figure.tight_layout()
-    figure.savefig(FIGURES / f"{stem}.png", dpi=150)
+    figure.savefig(output.path(f"{stem}.png"), dpi=150)
     plt.close(figure)
-    paper.replace_between(paper.README, table_for(device), readme_table(data))
+    paper.replace_between(readme or paper.README, table_for(device), readme_table(data))

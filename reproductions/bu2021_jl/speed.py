@@ -17,10 +17,11 @@ warm-up lots are not timed, and at most ``timed_lots`` lots after them are (fewe
 in the quick profile, by a time budget). A row's ``seconds_per_epoch`` is a partial epoch
 extrapolated: the mean of its timed lots times 98 (``extrapolated: true``, ``timed_steps`` lots).
 
-The full profile keeps each method's measurement under ``reproductions/checkpoints/`` so that a
-run cut off part-way resumes; each is keyed by everything that determines it
-(:func:`measurement_key`: the method, the whole profile, device, threads, hardware, torch
-version and a fingerprint of the measuring code), and one stored under another key is ignored.
+The full profile keeps each method's measurement in its :class:`Output`'s run store
+(``reproductions/checkpoints/`` by default) so that a run cut off part-way resumes; each is keyed
+by everything that determines it (:func:`measurement_key`: the method, the whole profile, device,
+threads, hardware, torch version and a fingerprint of the measuring code), and one stored under
+another key is ignored.
 
 The paper's Table 2 was measured with TensorFlow on a P100; its vanilla DP-Adam was TF Privacy's.
 When ``figures/bu2021_jl_tf_privacy.json`` exists (``nox -s tfprivacy``, TF Privacy's vanilla
@@ -31,11 +32,9 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import json
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,14 +42,17 @@ import numpy as np
 from bench import cache
 from bench.cells import Cell, run_timing, timing_worker
 from reproductions.bu2021_jl import config as paper
-from reproductions.common import FIGURES, code_fingerprint, save_results
+from reproductions.common import code_fingerprint
+from reproductions.harness import Output
 
 STEM = "bu2021_jl_speed"
 TABLE = "speed-table"
 MODULE = "reproductions.bu2021_jl.speed"
-CHECKPOINT_DIR = paper.CHECKPOINTS / STEM
-DATA_CACHE = CHECKPOINT_DIR / "imdb_train_ids.npz"
-TF_PRIVACY_JSON = FIGURES / "bu2021_jl_tf_privacy.json"
+#: The tokenised training reviews, shared by the driver and its worker processes (which are
+#: given no :class:`Output`): always in the default run store.
+DATA_CACHE = Output().store(STEM) / "imdb_train_ids.npz"
+#: Results stem of :mod:`~reproductions.bu2021_jl.tf_privacy_baseline` (``nox -s tfprivacy``).
+TF_PRIVACY_STEM = "bu2021_jl_tf_privacy"
 TF_PRIVACY_MISSING = "not measured here: run `nox -s tfprivacy`"
 TF_PRIVACY_NOT_ON_GPU = "not timed on the GPU (`nox -s tfprivacy` runs on CPU; see the CPU table)"
 #: The code that measures (model and step builders, timing loop, worker): its fingerprint is part
@@ -249,19 +251,19 @@ def _row(cell: Cell, measured: dict[str, Any], lots: int, hardware: str) -> dict
     }
 
 
-def tf_privacy_rows(path: Path | None = None) -> list[dict[str, Any]]:
+def tf_privacy_rows(output: Output | None = None) -> list[dict[str, Any]]:
     """Rows of the TF Privacy timing (``nox -s tfprivacy``) in this table's format; [] if absent.
 
-    ``path`` defaults to :data:`TF_PRIVACY_JSON`. Each ratio divides by that file's own
-    ``keras_nonprivate`` row (same framework and machine). The file keeps its hardware and each
-    worker's peak memory at the top level (``hardware``, ``peak_rss_mb[method]``); a method that
-    failed (e.g. killed for memory) has no row there, only ``errors[method]``, and becomes a row
-    with that error and no timing.
+    The timing is ``output``'s ``bu2021_jl_tf_privacy.json`` (default: figures/). Each ratio
+    divides by that file's own ``keras_nonprivate`` row (same framework and machine). The file
+    keeps its hardware and each worker's peak memory at the top level (``hardware``,
+    ``peak_rss_mb[method]``); a method that failed (e.g. killed for memory) has no row there,
+    only ``errors[method]``, and becomes a row with that error and no timing.
     """
-    path = TF_PRIVACY_JSON if path is None else path
-    if not path.is_file():
+    output = output or Output()
+    if not output.has_results(TF_PRIVACY_STEM):
         return []
-    data = json.loads(path.read_text())
+    data = output.load_results(TF_PRIVACY_STEM)
     rows = list(data.get("rows", []))
     peaks = data.get("peak_rss_mb") or {}
     errors = data.get("errors") or {}
@@ -372,14 +374,16 @@ def measurement_key(cell: Cell, config: SpeedConfig, setup: dict[str, Any]) -> d
     return {"study": STEM, "cell": dataclasses.asdict(cell), "config": fields, **setup}
 
 
-def measure_cell(cell: Cell, config: SpeedConfig, setup: dict[str, Any]) -> dict[str, Any]:
+def measure_cell(
+    cell: Cell, config: SpeedConfig, setup: dict[str, Any], *, output: Output
+) -> dict[str, Any]:
     """``cell`` timed in its own worker (:func:`bench.cells.run_timing`), or its cached row.
 
     A row cached under exactly :func:`measurement_key` is reused; the full profile caches each
-    row measured without error (atomically, under ``CHECKPOINT_DIR``).
+    row measured without error (atomically, in ``output``'s run store: ``<runs>/<STEM>/``).
     """
     key = measurement_key(cell, config, setup)
-    path = cache.cached_path(CHECKPOINT_DIR, f"{cell.method}_{cell.jl_dimension}", key)
+    path = cache.cached_path(output.store(STEM), f"{cell.method}_{cell.jl_dimension}", key)
     cached = cache.load(path, key)
     if cached is not None:
         return cached
@@ -398,11 +402,16 @@ def measure_cell(cell: Cell, config: SpeedConfig, setup: dict[str, Any]) -> dict
     return measured
 
 
-def compute(profile: str = "quick") -> None:
-    """Time every method (one process each) and save the rows; finished cells are kept."""
+def compute(profile: str = "quick", *, output: Output | None = None) -> None:
+    """Time every method (one process each) and save the rows; finished cells are kept.
+
+    ``output`` (default :class:`~reproductions.harness.Output`) receives the results, keeps the
+    full profile's measurements in its run store and gives the TF Privacy timing, if saved.
+    """
     import torch
     from tqdm import tqdm
 
+    output = output or Output()
     config = PROFILES[profile]
     device = paper.default_device()
     threads = config.threads or os.cpu_count() or 1
@@ -415,7 +424,7 @@ def compute(profile: str = "quick") -> None:
     progress = tqdm(cells(config), desc="IMDb seconds per epoch", unit="method")
     for cell in progress:
         progress.set_postfix_str(cell.label)
-        measured = measure_cell(cell, config, here)
+        measured = measure_cell(cell, config, here, output=output)
         row = _row(cell, measured, lots, hardware)
         rows.append(row)
         progress.write(
@@ -426,7 +435,7 @@ def compute(profile: str = "quick") -> None:
         if reference and row["seconds_per_epoch"]:
             row["ratio_to_nonprivate"] = row["seconds_per_epoch"] / reference
     if device == "cpu":  # TF Privacy is timed on CPU only: its rows sit beside CPU rows
-        rows += tf_privacy_rows()
+        rows += tf_privacy_rows(output)
     extra = {
         "seed": 0,
         "hardware": hardware,
@@ -437,7 +446,7 @@ def compute(profile: str = "quick") -> None:
         "crossover": crossover(rows),
         "paper_hardware": paper.PAPER_HARDWARE,
     }
-    save_results(stem_for(device), config=config, rows=rows, extra=extra)
+    output.save_results(stem_for(device), config=config, rows=rows, extra=extra)
 
 
 if __name__ == "__main__":

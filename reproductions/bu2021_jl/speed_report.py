@@ -1,11 +1,13 @@
 """Bu et al. 2021, Table 2: figure and README tables of :mod:`reproductions.bu2021_jl.speed`.
 
-Made from the saved results only (``figures/bu2021_jl_speed[_cuda].json``, plus the newest
-``figures/bu2021_jl_tf_privacy.json`` beside a CPU run).
+Made from the saved results only (``bu2021_jl_speed[_cuda].json``, plus the newest
+``bu2021_jl_tf_privacy.json`` beside a CPU run) of an :class:`~reproductions.harness.Output`
+(default: ``figures/``).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,7 +21,7 @@ from reproductions.bu2021_jl.speed import (
     table_for,
     tf_privacy_rows,
 )
-from reproductions.common import FIGURES, load_results
+from reproductions.harness import Output
 
 
 def _label(row: dict[str, Any]) -> str:
@@ -39,15 +41,16 @@ def _fmt(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
-def table_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
-    """Our rows, with the TF Privacy rows from the newest file (else those saved with ours).
+def table_rows(data: dict[str, Any], output: Output | None = None) -> list[dict[str, Any]]:
+    """Our rows, with the TF Privacy rows from ``output``'s newest file (else those saved with
+    ours).
 
     A GPU run gets no TF Privacy rows: those are CPU timings, and ratios across devices mislead.
     """
     ours = [row for row in data["rows"] if row["source"] == "dpcore"]
     if data.get("device", "cpu") != "cpu":
         return ours
-    fresh = tf_privacy_rows()
+    fresh = tf_privacy_rows(output)
     return ours + (fresh or [row for row in data["rows"] if row["source"] == "tf_privacy"])
 
 
@@ -66,9 +69,10 @@ def _fitted_text(fitted: float | None) -> str:
     return text + (", i.e. JL is slower at every r >= 1" if fitted < 1 else "")
 
 
-def readme_table(data: dict[str, Any]) -> str:
-    """The paper-vs-ours Markdown table, from saved results only."""
-    rows = table_rows(data)
+def readme_table(data: dict[str, Any], output: Output | None = None) -> str:
+    """The paper-vs-ours Markdown table, from saved results only (``output``'s; default:
+    figures/)."""
+    rows = table_rows(data, output)
     cross = data["crossover"]
     lines = [
         f"Profile **{data['config']['profile']}**, commit `{data['commit'][:12]}`, "
@@ -112,22 +116,25 @@ def readme_table(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def plot() -> None:
-    """``figures/bu2021_jl_speed[_cuda].png`` and the README tables of every saved device."""
-    for device in paper.saved_devices(stem_for("cpu")):
-        plot_device(device)
+def plot(*, output: Output | None = None, readme: Path | None = None) -> None:
+    """``bu2021_jl_speed[_cuda].png`` and the README tables of every device saved in ``output``
+    (default: figures/); the tables go to ``readme`` (default: this folder's README)."""
+    output = output or Output()
+    for device in paper.saved_devices(stem_for("cpu"), output):
+        plot_device(device, output=output, readme=readme)
 
 
-def plot_device(device: str) -> None:
+def plot_device(device: str, *, output: Output | None = None, readme: Path | None = None) -> None:
     """Ratios to non-private, ours vs paper, of the run on ``device``; and its README table."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    output = output or Output()
     stem = stem_for(device)
-    data = load_results(stem)
-    rows = [row for row in table_rows(data) if row["method"] != "keras_nonprivate"]
+    data = output.load_results(stem)
+    rows = [row for row in table_rows(data, output) if row["method"] != "keras_nonprivate"]
     labels = [
         _label(row).replace(", ", "\n")
         + ("\n(paper: TF Privacy)" if row["method"] == "dp_adam_exact" else "")
@@ -147,6 +154,6 @@ def plot_device(device: str) -> None:
     axis.legend(fontsize=8)
     axis.grid(alpha=0.3, axis="y", which="both")
     figure.tight_layout()
-    figure.savefig(FIGURES / f"{stem}.png", dpi=150)
+    figure.savefig(output.path(f"{stem}.png"), dpi=150)
     plt.close(figure)
-    paper.replace_between(paper.README, table_for(device), readme_table(data))
+    paper.replace_between(readme or paper.README, table_for(device), readme_table(data, output))

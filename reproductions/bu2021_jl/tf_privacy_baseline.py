@@ -41,6 +41,7 @@ import argparse
 import dataclasses
 import hashlib
 import importlib.metadata
+import importlib.util
 import json
 import math
 import os
@@ -50,7 +51,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -70,10 +71,11 @@ from reproductions.bu2021_jl.tf_privacy_worker import (
     time_method,
     worker,
 )
-from reproductions.common import save_results
+
+if TYPE_CHECKING:
+    from reproductions.harness.output import Output
 
 __all__ = [
-    "CHECKPOINT_DIR",
     "DP_METHODS",
     "METHODS",
     "MODULE",
@@ -83,6 +85,7 @@ __all__ = [
     "build_model",
     "compute",
     "configure_tensorflow",
+    "default_output",
     "load_data",
     "lot_exponent",
     "lots_per_epoch",
@@ -96,7 +99,6 @@ __all__ = [
 
 STEM = "bu2021_jl_tf_privacy"
 MODULE = "reproductions.bu2021_jl.tf_privacy_baseline"
-CHECKPOINT_DIR = paper.CHECKPOINTS / STEM
 
 
 PROFILES = {
@@ -110,6 +112,17 @@ PROFILES = {
         scaling_lots=(32, 64, 128),
     ),
 }
+
+
+def default_output() -> Output:
+    """The default :class:`~reproductions.harness.output.Output` (figures/, the run store).
+
+    This module runs in the TF Privacy environment (``nox -s tfprivacy``), which has no torch;
+    :mod:`reproductions.harness` loads its torch parts only when they are used.
+    """
+    from reproductions.harness.output import Output
+
+    return Output()
 
 
 def lots_per_epoch(dataset_size: int, lot_size: int) -> int:
@@ -164,8 +177,9 @@ def load_data(config: TfPrivacyConfig) -> tuple[np.ndarray, np.ndarray]:
     return x.astype(np.int32), y.astype(np.float32)
 
 
-def _checkpoint(config: TfPrivacyConfig, method: str, tensorflow: str) -> Path:
-    """Where the full profile keeps one method's timed lots, keyed by all that sets a lot's time.
+def _checkpoint(config: TfPrivacyConfig, method: str, tensorflow: str, output: Output) -> Path:
+    """Where the full profile keeps one method's timed lots (in ``output``'s run store), keyed by
+    all that sets a lot's time.
 
     The numbers of lots are left out of the key, so a run asked for more lots extends the last.
     """
@@ -173,7 +187,7 @@ def _checkpoint(config: TfPrivacyConfig, method: str, tensorflow: str) -> Path:
     for name in ("nonprivate_lots", "dp_lots", "vectorized", "scaling_lots"):
         fields.pop(name)
     digest = hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:10]
-    return CHECKPOINT_DIR / f"{method}_{digest}.json"
+    return output.store(STEM) / f"{method}_{digest}.json"
 
 
 def run_worker(
@@ -243,14 +257,22 @@ def _attempt(
     return list(result["step_seconds"])
 
 
-def compute(profile: str = "quick", *, lots: int | None = None, threads: int | None = None) -> Path:
-    """Time every method and save ``figures/bu2021_jl_tf_privacy.{json,csv}``; returns the JSON.
+def compute(
+    profile: str = "quick",
+    *,
+    lots: int | None = None,
+    threads: int | None = None,
+    output: Output | None = None,
+) -> Path:
+    """Time every method and save ``bu2021_jl_tf_privacy.{json,csv}``; returns the JSON.
 
     ``lots`` overrides the profile's timed lots per TF Privacy optimizer, ``threads`` its
     TensorFlow threads (0: every core). The file is rewritten after each method; a failing
     method is left out of the rows, its error kept under ``errors``. The vanilla optimizer is
     also timed at ``scaling_lots`` (``lot_scaling``: seconds per lot and peak memory by lot
-    size, and the fitted exponent). The full profile resumes from its checkpoints.
+    size, and the fitted exponent). The full profile resumes from its checkpoints. ``output``
+    (default :func:`default_output`: figures/ and ``reproductions/checkpoints/``) receives the
+    files and keeps the checkpoints in its run store.
     """
     if profile not in PROFILES:
         raise InvalidParameterError("profile", f"one of {sorted(PROFILES)}", profile)
@@ -261,6 +283,7 @@ def compute(profile: str = "quick", *, lots: int | None = None, threads: int | N
         config = dataclasses.replace(config, dp_lots=lots)
     used = (config.threads if threads is None else threads) or os.cpu_count() or 1
     config = dataclasses.replace(config, threads=used)
+    output = output or default_output()
     start = time.perf_counter()
     tensorflow = str(_version("tensorflow"))
     per_epoch = lots_per_epoch(config.dataset_size, config.lot_size)
@@ -285,7 +308,7 @@ def compute(profile: str = "quick", *, lots: int | None = None, threads: int | N
         points = [(point["lot_size"], point["seconds_per_step"]) for point in scaling["points"]]
         scaling["exponent"] = lot_exponent(points)
         extra["wall_time_s"] = round(time.perf_counter() - start, 1)
-        return save_results(STEM, config=config, rows=rows, extra=extra)
+        return output.save_results(STEM, config=config, rows=rows, extra=extra)
 
     def add_point(lot: int, seconds: list[float], key: str) -> None:
         median = float(statistics.median(seconds))
@@ -305,7 +328,9 @@ def compute(profile: str = "quick", *, lots: int | None = None, threads: int | N
                 add_point(lot, seconds, key)
                 save()
         for method in (m for m in METHODS if config.vectorized or m != "tf_privacy_vectorized"):
-            checkpoint = _checkpoint(config, method, tensorflow) if profile == "full" else None
+            checkpoint = (
+                _checkpoint(config, method, tensorflow, output) if profile == "full" else None
+            )
             seconds = _stored(checkpoint)[: _wanted(method, config)]
             if len(seconds) < _wanted(method, config):
                 seconds = _attempt(method, config, data, checkpoint, extra, method) or []

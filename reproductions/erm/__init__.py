@@ -7,15 +7,17 @@ their results; ``plot()`` draws the figures from the saved files only.
 from __future__ import annotations
 
 from reproductions.erm import excess_risk, median_audit
+from reproductions.harness import Output
 
 
-def compute(profile: str) -> None:
-    """Compute and save both parts at the given profile (``quick`` or ``full``)."""
-    median_audit.compute(profile)
-    excess_risk.compute(profile)
+def compute(profile: str, *, output: Output | None = None) -> None:
+    """Compute and save both parts at the given profile (``quick`` or ``full``) to ``output``
+    (default: figures/)."""
+    median_audit.compute(profile, output=output)
+    excess_risk.compute(profile, output=output)
 
 
-def plot() -> None:
-    """Draw both figures from the saved results."""
-    median_audit.plot()
-    excess_risk.plot()
+def plot(*, output: Output | None = None) -> None:
+    """Draw both figures from the results saved in ``output`` (default: figures/)."""
+    median_audit.plot(output=output)
+    excess_risk.plot(output=output)

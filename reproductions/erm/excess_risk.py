@@ -20,9 +20,9 @@ from dpcore.erm.objective import minimise, regularised_risk
 from dpcore.erm.objective_perturbation import objective_perturbation
 from dpcore.erm.objective_perturbation_gaussian import objective_perturbation_gaussian
 from dpcore.erm.output_perturbation import output_perturbation
-from reproductions.common import FIGURES, load_results, save_results
 from reproductions.erm.data import LOADERS
 from reproductions.erm.dpsgd import dpsgd_logistic
+from reproductions.harness import Output
 
 STEM = "erm_excess_risk"
 LOSS = LogisticLoss()
@@ -182,11 +182,12 @@ def _dataset_rows(name: str, config: ErmConfig) -> list[dict[str, object]]:
     return rows
 
 
-def compute(profile: str = "quick") -> None:
-    """Run every dataset; save rows (measurements, bounds, sizes) under figures/."""
+def compute(profile: str = "quick", *, output: Output | None = None) -> None:
+    """Run every dataset; save rows (measurements, bounds, sizes) to ``output`` (default:
+    figures/)."""
     config = PROFILES[profile]
     rows = [row for name in config.datasets for row in _dataset_rows(name, config)]
-    save_results(STEM, config=config, rows=rows)
+    (output or Output()).save_results(STEM, config=config, rows=rows)
 
 
 STYLES = {
@@ -208,14 +209,15 @@ def _mean_by(
     return xs, [float(np.mean(grouped[x])) for x in xs]
 
 
-def plot() -> None:
-    """Draw figures/erm_excess_risk.png from the saved results."""
+def plot(*, output: Output | None = None) -> None:
+    """Draw ``erm_excess_risk.png`` from the results saved in ``output`` (default: figures/)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    data = load_results(STEM)
+    output = output or Output()
+    data = output.load_results(STEM)
     rows, config = data["rows"], data["config"]
     names = config["datasets"]
     figure, axes = plt.subplots(len(names), 3, figsize=(15, 4.2 * len(names)), squeeze=False)
@@ -266,5 +268,5 @@ def plot() -> None:
         f"{len(config['seeds'])} seeds, delta = {config['delta']:g}"
     )
     figure.tight_layout()
-    figure.savefig(FIGURES / f"{STEM}.png", dpi=120)
+    figure.savefig(output.path(f"{STEM}.png"), dpi=120)
     plt.close(figure)

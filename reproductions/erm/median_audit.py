@@ -15,7 +15,7 @@ import numpy as np
 
 from dpcore.auditing.statistics import epsilon_lower_bound, threshold_sweep_lower_bound
 from dpcore.erm.median import naive_median_release, smooth_median_release
-from reproductions.common import FIGURES, load_results, save_results
+from reproductions.harness import Output
 
 STEM = "erm_median_audit"
 
@@ -44,8 +44,9 @@ PROFILES = {
 }
 
 
-def compute(profile: str = "quick") -> None:
-    """Run both variants at every claimed epsilon; save the audit bounds."""
+def compute(profile: str = "quick", *, output: Output | None = None) -> None:
+    """Run both variants at every claimed epsilon; save the audit bounds to ``output`` (default:
+    figures/)."""
     config = PROFILES[profile]
     rng = np.random.default_rng(config.seed)
     rows = []
@@ -100,17 +101,18 @@ def compute(profile: str = "quick") -> None:
                 "correct_threshold": smooth.threshold,
             }
         )
-    save_results(STEM, config=config, rows=rows)
+    (output or Output()).save_results(STEM, config=config, rows=rows)
 
 
-def plot() -> None:
-    """Draw figures/erm_median_audit.png from the saved results."""
+def plot(*, output: Output | None = None) -> None:
+    """Draw ``erm_median_audit.png`` from the results saved in ``output`` (default: figures/)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    data = load_results(STEM)
+    output = output or Output()
+    data = output.load_results(STEM)
     rows, config = data["rows"], data["config"]
     claimed = [row["claimed_epsilon"] for row in rows]
     figure, axes = plt.subplots(figsize=(5.5, 4))
@@ -138,5 +140,5 @@ def plot() -> None:
     axes.legend(fontsize=7)
     axes.grid(alpha=0.3)
     figure.tight_layout()
-    figure.savefig(FIGURES / f"{STEM}.png", dpi=150)
+    figure.savefig(output.path(f"{STEM}.png"), dpi=150)
     plt.close(figure)

@@ -4,19 +4,39 @@ Every reproduction describes a run by a frozen spec, executes it with :func:`run
 :class:`Trainable` (a DP trainer or :class:`NonPrivateTrainer`) into a :class:`RunState` under
 its :class:`Output`, and saves results with :meth:`Output.save_results`. Privacy numbers come
 from :func:`dpcore.accountants.report.epsilon_report`.
+
+The training names (which need torch) load on first use, so :class:`Output`, :class:`RunState`
+and :func:`run_many` also work where torch is not installed (the TF Privacy environment).
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from reproductions.harness.fanout import Executor, run_many
 from reproductions.harness.output import ROOT, Output
 from reproductions.harness.store import RunState, spec_json, spec_key
-from reproductions.harness.training import (
-    NonPrivateTrainer,
-    Trainable,
-    cpu_settings,
-    evaluate,
-    expected_rating,
-    hardware_label,
-    run_training,
+
+if TYPE_CHECKING:
+    from reproductions.harness.training import (
+        NonPrivateTrainer,
+        Trainable,
+        cpu_settings,
+        evaluate,
+        expected_rating,
+        hardware_label,
+        run_training,
+    )
+
+_TRAINING = (
+    "NonPrivateTrainer",
+    "Trainable",
+    "cpu_settings",
+    "evaluate",
+    "expected_rating",
+    "hardware_label",
+    "run_training",
 )
 
 __all__ = [
@@ -35,3 +55,9 @@ __all__ = [
     "spec_json",
     "spec_key",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _TRAINING:
+        return getattr(importlib.import_module("reproductions.harness.training"), name)
+    raise AttributeError(f"module 'reproductions.harness' has no attribute {name!r}")

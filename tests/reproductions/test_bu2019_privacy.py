@@ -10,6 +10,7 @@ eps_MA 15.39 at delta = 1e-6 (Table 4).
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from dpcore.errors import InvalidParameterError
 from dpcore.events import dpsgd_event
 from reproductions.bu2019_gdp import privacy
 from reproductions.bu2019_gdp.settings import SETTINGS, by_name, longest
+from reproductions.harness import Output
 
 
 def test_mnist_golden_mu_and_clt_epsilon() -> None:
@@ -185,17 +187,14 @@ def test_table_from_saved_results() -> None:
     assert "commit `0123456789ab`" in table
 
 
-def test_plot_and_readme_from_saved_results(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_plot_and_readme_from_saved_results(tmp_path: Path) -> None:
     readme = tmp_path / "README.md"
     start, end = privacy.TABLE_START, privacy.TABLE_END
     readme.write_text(f"head\n{start}\nold\n{end}\ntail\n<!-- training-table:start -->\n")
-    monkeypatch.setattr(privacy, "README", readme)
-    monkeypatch.setattr(privacy, "FIGURES", tmp_path)
-    monkeypatch.setattr(privacy, "load_results", lambda stem: _data())
-    privacy.plot()
-    assert (tmp_path / "bu2019_privacy_tradeoff.png").stat().st_size > 1000
+    output = Output.under(tmp_path)
+    output.path(f"{privacy.STEM}.json").write_text(json.dumps(_data()))
+    privacy.plot(output=output, readme=readme)
+    assert output.path("bu2019_privacy_tradeoff.png").stat().st_size > 1000
     text = readme.read_text()
     assert "old" not in text and "| a_setting |" in text
     assert text.startswith("head\n") and text.endswith("tail\n<!-- training-table:start -->\n")

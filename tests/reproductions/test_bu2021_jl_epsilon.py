@@ -18,6 +18,7 @@ from reproductions.bu2021_jl.epsilon_vs_epochs import (
     readme_table,
     vanilla_epsilons,
 )
+from reproductions.harness import Output
 
 Q, SIGMA, DELTA, STEPS = 0.02, 1.0, 1e-5, [5, 50]
 
@@ -115,7 +116,7 @@ def test_cached_epsilons_are_recomputed_when_the_accountant_changes(
     a superseded JL accountant after a fix)."""
     from reproductions.bu2021_jl import epsilon_vs_epochs as module
 
-    monkeypatch.setattr(module, "CHECKPOINT_DIR", tmp_path)
+    output = Output.under(tmp_path)
     calls: list[int] = []
 
     def fake_intervals(**kwargs: object) -> list[tuple[float, float]]:
@@ -125,9 +126,36 @@ def test_cached_epsilons_are_recomputed_when_the_accountant_changes(
     monkeypatch.setattr(module, "jl_epsilon_intervals", fake_intervals)
     config = module.EpsilonConfig(epochs=(1, 2))
     steps = [98, 196]
-    module._jl_rows(config, 10, steps)
-    module._jl_rows(config, 10, steps)
+    module._jl_rows(config, 10, steps, output=output)
+    module._jl_rows(config, 10, steps, output=output)
     assert len(calls) == 1  # same code: the cache is used
+    assert [p.parent for p in (tmp_path / "runs").rglob("*.json")] == [output.store(module.STEM)]
     monkeypatch.setattr(module, "code_fingerprint", lambda *modules: "changed")
-    module._jl_rows(config, 10, steps)
+    module._jl_rows(config, 10, steps, output=output)
     assert len(calls) == 2  # the accountant's source changed: recomputed
+
+
+def test_compute_and_plot_write_only_through_their_output(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from reproductions.bu2021_jl import epsilon_vs_epochs as module
+
+    tiny = module.EpsilonConfig(epochs=(1, 2), jl_dimensions=(10,), bins=16)
+    monkeypatch.setitem(module.PROFILES, "quick", tiny)
+    monkeypatch.setattr(
+        module, "jl_epsilon_intervals", lambda **kwargs: [(1.0, 2.0)] * len(kwargs["steps"])
+    )
+    output = Output.under(tmp_path)
+    module.compute("quick", output=output)
+    data = output.load_results(module.STEM)
+    assert [(row["method"], row["epoch"]) for row in data["rows"]][-2:] == [
+        ("dp_sgd_jl", 1),
+        ("dp_sgd_jl", 2),
+    ]
+    assert output.path(f"{module.STEM}.csv").is_file()
+    assert len(list(output.store(module.STEM).glob("*_r10.json"))) == 1
+    readme = tmp_path / "README.md"
+    readme.write_text(f"<!-- {module.TABLE}:start -->\nold\n<!-- {module.TABLE}:end -->\n")
+    module.plot(output=output, readme=readme)
+    assert output.path("bu2021_jl_epsilon_vs_epochs.png").stat().st_size > 1000
+    assert "| DP-SGD-JL, r = 10 | [1, 2] | [1, 2] | not read |" in readme.read_text()

@@ -14,6 +14,7 @@ from bench.cells import Cell
 from dpcore.errors import InvalidParameterError
 from dpcore.torch.models import tf_privacy_mnist_cnn
 from reproductions.bu2021_jl import memory, memory_report, memory_worker
+from reproductions.harness import Output
 
 
 def _count(model: object) -> int:
@@ -77,7 +78,7 @@ def test_worker_steps_run(cell: Cell) -> None:
     assert any(not (b == p).all() for b, p in zip(before, model.parameters(), strict=True))
 
 
-def test_readme_table_from_saved_results() -> None:
+def _saved() -> dict:
     def row(method: str, label: str, lot: int | None, bounded: bool, ratio: float | None) -> dict:
         return {
             "model": "small",
@@ -92,7 +93,7 @@ def test_readme_table_from_saved_results() -> None:
             "outcomes": "1024: fits",
         }
 
-    data = {
+    return {
         "config": {"profile": "quick", "cap_mb": 1024.0},
         "commit": "0123456789abcdef",
         "memory_measured": "peak RSS",
@@ -105,11 +106,32 @@ def test_readme_table_from_saved_results() -> None:
             row("dpsgd_jl", "DP-SGD-JL, r = 30", None, True, None),
         ],
     }
-    table = memory_report.readme_table(data)
+
+
+def test_readme_table_from_saved_results() -> None:
+    table = memory_report.readme_table(_saved())
     assert "cap **1 GiB**" in table
     assert "| non-private SGD | >= 8,192 | 1 | 700 |" in table
     assert "| DP-SGD, exact (fast engine) | 4,096 | 0.5 | 700 |" in table
     assert "| DP-SGD-JL, r = 30 | < 1,024 | - | - |" in table
+
+
+def test_plot_draws_and_tabulates_the_saved_device(tmp_path: Path) -> None:
+    """From the saved results of ``output`` only; a device with no results is skipped."""
+    output = Output.under(tmp_path)
+    data = _saved()
+    extra = {key: value for key, value in data.items() if key not in ("config", "rows", "commit")}
+    rows = data["rows"] + [{**row, "model": "wide"} for row in data["rows"]]
+    output.save_results(memory.STEM, config=data["config"], rows=rows, extra=extra)
+    readme = tmp_path / "README.md"
+    names = [memory.table_for(device) for device in ("cpu", "cuda")]
+    readme.write_text("".join(f"<!-- {name}:start -->\n<!-- {name}:end -->\n" for name in names))
+    memory_report.plot(output=output, readme=readme)
+    assert output.path(f"{memory.STEM}.png").stat().st_size > 1000
+    assert not output.path(f"{memory.stem_for('cuda')}.png").exists()
+    text = readme.read_text()
+    assert "| DP-SGD, exact (fast engine) | 4,096 | 0.5 | 700 |" in text
+    assert text.endswith("<!-- memory-table-cuda:start -->\n<!-- memory-table-cuda:end -->\n")
 
 
 def test_worker_peak_memory_is_its_own_not_the_parents() -> None:
@@ -183,7 +205,7 @@ def test_a_cached_probe_is_reused_only_under_its_own_key(
 ) -> None:
     """Each cached probe is keyed by everything that sets it: another lot, cap, noise
     multiplier, torch or measuring code is probed again, never read back."""
-    monkeypatch.setattr(memory, "CHECKPOINT_DIR", tmp_path)
+    output = Output.under(tmp_path)
     calls: list[tuple[Cell, int]] = []
 
     def fake_run_capped(cell: Cell, lot: int, **options: object) -> dict:
@@ -196,7 +218,9 @@ def test_a_cached_probe_is_reused_only_under_its_own_key(
     method = memory.Method("dpsgd_jl", 10, per_direction=True)
 
     def probe(config: memory.MemoryConfig = full, here: dict = setup, lot: int = 1024) -> dict:
-        return memory.run_probe(config, here, "wide", memory.WIDE_HIDDEN, method, lot)
+        return memory.run_probe(
+            config, here, "wide", memory.WIDE_HIDDEN, method, lot, output=output
+        )
 
     first = probe()
     assert first["outcome"] == "fits" and first["batch_size"] == 1024
@@ -218,7 +242,7 @@ def test_a_cached_probe_is_reused_only_under_its_own_key(
     # a file stored under another key is ignored, even at the expected place
     cell = calls[0][0]
     key = memory.probe_key(full, setup, "wide", cell, 1024)
-    (path,) = [p for p in tmp_path.iterdir() if cache.load(p, key) is not None]
+    (path,) = [p for p in output.store(memory.STEM).iterdir() if cache.load(p, key) is not None]
     stale = json.loads(path.read_text())
     stale["key"]["batch_size"] = 512
     path.write_text(json.dumps(stale))

@@ -17,6 +17,7 @@ import torch
 from bench import cache
 from bench.cells import Cell
 from reproductions.bu2021_jl import speed, speed_report
+from reproductions.harness import Output
 
 
 def test_extrapolation_is_mean_lot_time_times_lots() -> None:
@@ -57,9 +58,10 @@ def test_crossover_when_jl_is_always_slower_or_never() -> None:
     }
 
 
-def _tf_file(tmp_path: Path, *, vectorized_failed: bool = False) -> Path:
-    """A results file in the format ``tf_privacy_baseline.compute`` writes."""
-    path = tmp_path / "tf.json"
+def _tf_file(tmp_path: Path, *, vectorized_failed: bool = False) -> Output:
+    """An output holding a results file in the format ``tf_privacy_baseline.compute`` writes."""
+    output = Output.under(tmp_path)
+    path = output.path(f"{speed.TF_PRIVACY_STEM}.json")
     rows = [
         {
             "method": "keras_nonprivate",
@@ -86,11 +88,11 @@ def _tf_file(tmp_path: Path, *, vectorized_failed: bool = False) -> Path:
         "rows": rows,
     }
     path.write_text(json.dumps(payload))
-    return path
+    return output
 
 
 def test_tf_privacy_rows_are_optional_and_use_their_own_reference(tmp_path: Path) -> None:
-    assert speed.tf_privacy_rows(tmp_path / "absent.json") == []
+    assert speed.tf_privacy_rows(Output.under(tmp_path / "absent")) == []
     rows = speed.tf_privacy_rows(_tf_file(tmp_path))
     assert [row["method"] for row in rows] == ["keras_nonprivate", "tf_privacy_vanilla"]
     vanilla = rows[1]
@@ -123,18 +125,16 @@ def test_paper_rows_beside_ours() -> None:
     assert speed._paper_columns("tf_privacy_vectorized", None)["paper_seconds_per_epoch"] is None
 
 
-def test_gpu_results_have_their_own_stem_and_no_tf_privacy_rows(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.setattr(speed, "TF_PRIVACY_JSON", _tf_file(tmp_path))
+def test_gpu_results_have_their_own_stem_and_no_tf_privacy_rows(tmp_path: Path) -> None:
+    output = _tf_file(tmp_path)
     assert speed.stem_for("cuda") == "bu2021_jl_speed_cuda" != speed.stem_for("cpu")
     assert speed.table_for("cuda") == "speed-table-cuda"
     gpu = {**_results(), "device": "cuda"}
-    assert all(row["source"] == "dpcore" for row in speed_report.table_rows(gpu))
-    table = speed_report.readme_table(gpu)
+    assert all(row["source"] == "dpcore" for row in speed_report.table_rows(gpu, output))
+    table = speed_report.readme_table(gpu, output)
     assert speed.TF_PRIVACY_NOT_ON_GPU in table and "500.0" not in table
     cpu = {**_results(), "device": "cpu"}
-    assert any(row["source"] == "tf_privacy" for row in speed_report.table_rows(cpu))
+    assert any(row["source"] == "tf_privacy" for row in speed_report.table_rows(cpu, output))
 
 
 def _results() -> dict:
@@ -168,23 +168,36 @@ def _results() -> dict:
     }
 
 
-def test_table_says_how_to_get_tf_privacy_when_missing(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.setattr(speed, "TF_PRIVACY_JSON", tmp_path / "absent.json")
-    table = speed_report.readme_table(_results())
+def test_table_says_how_to_get_tf_privacy_when_missing(tmp_path: Path) -> None:
+    table = speed_report.readme_table(_results(), Output.under(tmp_path))
     assert speed.TF_PRIVACY_MISSING in table
     assert "| DP-Adam-JL, r = 1 | 80.0 | 2.29 | 41 | 3.4 | extrapolated from 5 lots |" in table
     assert "is **1**" in table
 
 
-def test_table_includes_tf_privacy_rows_when_present(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.setattr(speed, "TF_PRIVACY_JSON", _tf_file(tmp_path))
-    table = speed_report.readme_table(_results())
+def test_table_includes_tf_privacy_rows_when_present(tmp_path: Path) -> None:
+    table = speed_report.readme_table(_results(), _tf_file(tmp_path))
     assert speed.TF_PRIVACY_MISSING not in table
     assert "| TF Privacy vanilla DP-Adam | 500.0 | 50.00 | 19,317 |" in table
+
+
+def test_plot_draws_and_tabulates_every_saved_device(tmp_path: Path) -> None:
+    """From the saved results of ``output`` only: one figure and README table per device."""
+    output = _tf_file(tmp_path)
+    data = _results()
+    extra = {key: value for key, value in data.items() if key not in ("config", "rows", "commit")}
+    output.save_results(speed.STEM, config=data["config"], rows=data["rows"], extra=extra)
+    gpu = {**extra, "device": "cuda"}
+    output.save_results(speed.stem_for("cuda"), config=data["config"], rows=data["rows"], extra=gpu)
+    readme = tmp_path / "README.md"
+    names = [speed.table_for(device) for device in ("cpu", "cuda")]
+    readme.write_text("".join(f"<!-- {name}:start -->\n<!-- {name}:end -->\n" for name in names))
+    speed_report.plot(output=output, readme=readme)
+    for device in ("cpu", "cuda"):
+        assert output.path(f"{speed.stem_for(device)}.png").stat().st_size > 1000
+    cpu_table, gpu_table = readme.read_text().split("<!-- speed-table:end -->")
+    assert "| TF Privacy vanilla DP-Adam | 500.0 | 50.00 | 19,317 |" in cpu_table
+    assert speed.TF_PRIVACY_NOT_ON_GPU in gpu_table
 
 
 @pytest.mark.parametrize(
@@ -212,7 +225,7 @@ def test_a_cached_measurement_is_reused_only_under_its_own_key(
 ) -> None:
     """Each cached timing is keyed by everything that sets it: another lot size, noise
     multiplier, warm-up, torch or measuring code is timed again, never read back."""
-    monkeypatch.setattr(speed, "CHECKPOINT_DIR", tmp_path)
+    output = Output.under(tmp_path)
     calls: list[dict] = []
 
     def fake_run_timing(cell: Cell, **options: object) -> dict:
@@ -223,8 +236,8 @@ def test_a_cached_measurement_is_reused_only_under_its_own_key(
     full = speed.PROFILES["full"]
     setup = {"device": "cpu", "threads": 2, "hardware": "CPU", "torch": "2.x", "code": "v1"}
     cell = Cell("imdb_lstm", "dp_adam_jl", "lstm", 5)
-    first = speed.measure_cell(cell, full, setup)
-    assert speed.measure_cell(cell, full, setup) == first and len(calls) == 1
+    first = speed.measure_cell(cell, full, setup, output=output)
+    assert speed.measure_cell(cell, full, setup, output=output) == first and len(calls) == 1
     assert calls[0]["module"] == speed.MODULE and calls[0]["threads"] == 2
     changed = [
         (dataclasses.replace(full, lot_size=128), setup),
@@ -236,24 +249,24 @@ def test_a_cached_measurement_is_reused_only_under_its_own_key(
         (full, {**setup, "device": "cuda"}),
     ]
     for config, here in changed:
-        speed.measure_cell(cell, config, here)
+        speed.measure_cell(cell, config, here, output=output)
     assert len(calls) == 1 + len(changed)
     # which JL dimensions a run times says which cells run, not how one is timed
-    speed.measure_cell(cell, dataclasses.replace(full, jl_dimensions=(5,)), setup)
+    speed.measure_cell(cell, dataclasses.replace(full, jl_dimensions=(5,)), setup, output=output)
     assert len(calls) == 1 + len(changed)
     # a file at the right place but stored under another key is ignored (and replaced)
     key = speed.measurement_key(cell, full, setup)
-    path = cache.cached_path(tmp_path, "dp_adam_jl_5", key)
+    path = cache.cached_path(output.store(speed.STEM), "dp_adam_jl_5", key)
     stale = json.loads(path.read_text())
     stale["key"]["config"]["lot_size"] = 999
     path.write_text(json.dumps(stale))
-    speed.measure_cell(cell, full, setup)
+    speed.measure_cell(cell, full, setup, output=output)
     assert len(calls) == 2 + len(changed)
     assert cache.load(path, key) == first
     # the quick profile reads nothing it did not store, and stores nothing
     quick = speed.PROFILES["quick"]
-    speed.measure_cell(cell, quick, setup)
-    speed.measure_cell(cell, quick, setup)
+    speed.measure_cell(cell, quick, setup, output=output)
+    speed.measure_cell(cell, quick, setup, output=output)
     assert len(calls) == 4 + len(changed)
 
 

@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-import reproductions.common as common
 from bench import protocol
 from dpcore.errors import InvalidParameterError
 from reproductions.bu2021_jl import tf_privacy_baseline as tfp
 from reproductions.bu2021_jl import tf_privacy_worker as tfw
+from reproductions.harness import Output
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The row keys reproductions/bu2021_jl/speed.py reads from the saved file.
@@ -104,24 +104,22 @@ class FakeWorker:
 
 
 @pytest.fixture
-def fake_tf(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """No TensorFlow, no real data: outputs go to ``tmp_path``."""
+def fake_tf(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Output:
+    """No TensorFlow, no real data: outputs go under ``tmp_path``."""
     monkeypatch.setattr(
         tfp, "load_data", lambda config: (np.zeros((8, 150), np.int32), np.zeros(8, np.float32))
     )
     monkeypatch.setattr(tfp, "_version", lambda package: "2.15.1")
-    monkeypatch.setattr(common, "FIGURES", tmp_path / "figures")
-    monkeypatch.setattr(tfp, "CHECKPOINT_DIR", tmp_path / "checkpoints")
-    return tmp_path
+    return Output.under(tmp_path)
 
 
 def test_quick_profile_saves_the_schema_speed_reads(
-    fake_tf: Path, monkeypatch: pytest.MonkeyPatch
+    fake_tf: Output, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     worker = FakeWorker()
     monkeypatch.setattr(tfp, "run_worker", worker)
-    path = tfp.compute("quick")
-    assert path == fake_tf / "figures" / "bu2021_jl_tf_privacy.json"
+    path = tfp.compute("quick", output=fake_tf)
+    assert path == fake_tf.figures / "bu2021_jl_tf_privacy.json"
     saved = json.loads(path.read_text())
     # the vanilla optimizer at the smaller scaling lots first, then every method at 256
     assert worker.calls == [("tf_privacy_vanilla", 32), ("tf_privacy_vanilla", 64)] + [
@@ -146,13 +144,13 @@ def test_quick_profile_saves_the_schema_speed_reads(
     assert scaling["exponent"] == pytest.approx(2.0)
     assert saved["paper_seconds_per_epoch"]["tf_privacy_vanilla"] == 19_317.0  # Table 2
     assert saved["config"]["threads"] >= 1 and "wall_time_s" in saved and "commit" in saved
-    assert (fake_tf / "figures" / "bu2021_jl_tf_privacy.csv").is_file()
-    assert not (fake_tf / "checkpoints").exists()  # the quick profile keeps none
+    assert (fake_tf.figures / "bu2021_jl_tf_privacy.csv").is_file()
+    assert not fake_tf.runs.exists()  # the quick profile keeps no checkpoints
 
 
-def test_lots_option_and_a_failing_worker(fake_tf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_lots_option_and_a_failing_worker(fake_tf: Output, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tfp, "run_worker", FakeWorker(fail="tf_privacy_vectorized"))
-    saved = json.loads(tfp.compute("quick", lots=5, threads=1).read_text())
+    saved = json.loads(tfp.compute("quick", lots=5, threads=1, output=fake_tf).read_text())
     assert [row["method"] for row in saved["rows"]] == ["keras_nonprivate", "tf_privacy_vanilla"]
     assert saved["rows"][1]["timed_steps"] == 5 and saved["config"]["dp_lots"] == 5
     assert saved["config"]["threads"] == 1
@@ -161,7 +159,7 @@ def test_lots_option_and_a_failing_worker(fake_tf: Path, monkeypatch: pytest.Mon
 
 
 def test_a_vanilla_lot_of_256_that_fails_keeps_the_smaller_lots(
-    fake_tf: Path, monkeypatch: pytest.MonkeyPatch
+    fake_tf: Output, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     worker = FakeWorker()
 
@@ -171,29 +169,30 @@ def test_a_vanilla_lot_of_256_that_fails_keeps_the_smaller_lots(
         return worker(method, config, data, checkpoint)
 
     monkeypatch.setattr(tfp, "run_worker", killed_at_256)
-    saved = json.loads(tfp.compute("quick").read_text())
+    saved = json.loads(tfp.compute("quick", output=fake_tf).read_text())
     assert [row["method"] for row in saved["rows"]] == ["keras_nonprivate"]
     assert set(saved["errors"]) == {"tf_privacy_vanilla", "tf_privacy_vectorized"}
     assert [point["lot_size"] for point in saved["lot_scaling"]["points"]] == [32, 64]
     assert saved["lot_scaling"]["exponent"] == pytest.approx(2.0)
     with pytest.raises(InvalidParameterError):
-        tfp.compute("quick", lots=0)
+        tfp.compute("quick", lots=0, output=fake_tf)
     with pytest.raises(InvalidParameterError):
-        tfp.compute("medium")
+        tfp.compute("medium", output=fake_tf)
 
 
 def test_full_profile_resumes_from_its_checkpoints(
-    fake_tf: Path, monkeypatch: pytest.MonkeyPatch
+    fake_tf: Output, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config = dataclasses.replace(tfp.PROFILES["full"], threads=2)
-    vanilla = tfp._checkpoint(config, "tf_privacy_vanilla", "2.15.1")
+    vanilla = tfp._checkpoint(config, "tf_privacy_vanilla", "2.15.1", fake_tf)
+    assert vanilla.parent == fake_tf.store(tfp.STEM)
     vanilla.parent.mkdir(parents=True)
     vanilla.write_text(json.dumps({"step_seconds": [41.0, 39.0, 40.0]}))
-    keras = tfp._checkpoint(config, "keras_nonprivate", "2.15.1")
+    keras = tfp._checkpoint(config, "keras_nonprivate", "2.15.1", fake_tf)
     keras.write_text(json.dumps({"step_seconds": [0.5] * 98}))
     worker = FakeWorker()
     monkeypatch.setattr(tfp, "run_worker", worker)
-    saved = json.loads(tfp.compute("full", threads=2).read_text())
+    saved = json.loads(tfp.compute("full", threads=2, output=fake_tf).read_text())
     # the finished non-private epoch is read back without a worker
     assert [call for call in worker.calls if call[1] == 256] == [
         ("tf_privacy_vanilla", 256),
@@ -225,14 +224,15 @@ def test_measure_asks_the_timer_for_the_missing_lots_only(tmp_path: Path) -> Non
     assert asked == [(1, 6)]  # complete: no second call
 
 
-def test_checkpoints_depend_on_the_setup_not_on_the_number_of_lots() -> None:
+def test_checkpoints_depend_on_the_setup_not_on_the_number_of_lots(tmp_path: Path) -> None:
     config = tfp.PROFILES["full"]
-    path = tfp._checkpoint(config, "tf_privacy_vanilla", "2.15.1")
+    output = Output.under(tmp_path)
+    path = tfp._checkpoint(config, "tf_privacy_vanilla", "2.15.1", output)
     more = dataclasses.replace(config, dp_lots=20)
-    assert tfp._checkpoint(more, "tf_privacy_vanilla", "2.15.1") == path
-    assert tfp._checkpoint(config, "tf_privacy_vanilla", "2.16.0") != path
+    assert tfp._checkpoint(more, "tf_privacy_vanilla", "2.15.1", output) == path
+    assert tfp._checkpoint(config, "tf_privacy_vanilla", "2.16.0", output) != path
     fewer_threads = dataclasses.replace(config, threads=1)
-    assert tfp._checkpoint(fewer_threads, "tf_privacy_vanilla", "2.15.1") != path
+    assert tfp._checkpoint(fewer_threads, "tf_privacy_vanilla", "2.15.1", output) != path
 
 
 def test_worker_command_line_round_trip(
@@ -305,9 +305,18 @@ def test_importing_the_module_does_not_import_tensorflow() -> None:
         "import reproductions.bu2021_jl.tf_privacy_baseline as module\n"
         "assert 'tensorflow' not in sys.modules and 'torch' not in sys.modules\n"
         "print(module.STEM)\n"
+        # where `nox -s tfprivacy` writes, found without torch
+        "output = module.default_output()\n"
+        "assert 'torch' not in sys.modules\n"
+        "print(output.figures, output.store(module.STEM))\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "bu2021_jl_tf_privacy"
+    stem, where = result.stdout.splitlines()
+    assert stem == "bu2021_jl_tf_privacy"
+    assert where.split() == [
+        str(ROOT / "figures"),
+        str(ROOT / "reproductions" / "checkpoints" / stem),
+    ]
