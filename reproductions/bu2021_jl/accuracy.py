@@ -213,12 +213,13 @@ def _compute(config: AccuracyConfig, data: Data, output: Output, deadline: float
     runs: dict[str, list[tuple[int, RunState, DPTrainer]]] = {
         label: [] for label, _ in methods(config)
     }
-    for seed in config.seeds:  # seed by seed: a run stopped early is balanced over methods
-        for label, r in methods(config):
-            state, trainer = execute(
-                config, label, r, seed, data, store, fingerprint=fingerprint, deadline=deadline
-            )
-            runs[label].append((seed, state, trainer))
+    for label, r, seed in run_order(config):
+        state, trainer = execute(
+            config, label, r, seed, data, store, fingerprint=fingerprint, deadline=deadline
+        )
+        runs[label].append((seed, state, trainer))
+    for entries in runs.values():
+        entries.sort(key=lambda item: item[0])
     rows: list[dict[str, Any]] = []
     summary: dict[str, Any] = {}
     for label, r in methods(config):

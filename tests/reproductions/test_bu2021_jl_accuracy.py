@@ -133,3 +133,22 @@ def test_interval_formatting_and_cpu_settings() -> None:
     with cpu_settings(1):
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
+
+
+def test_runs_go_in_the_order_of_the_phases(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[tuple[int | None, int]] = []
+    original = accuracy.execute
+
+    def recording(config: AccuracyConfig, label: str, r: int | None, seed: int, *args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append((r, seed))
+        return original(config, label, r, seed, *args, **kwargs)
+
+    monkeypatch.setattr(accuracy, "execute", recording)
+    config = dataclasses.replace(TINY, jl_dimensions=(3, 2))
+    accuracy.compute("quick", data_loader=_tiny_data, config=config, output=Output.under(tmp_path))
+    # DP-SGD with JL(3) seed by seed first; r = 2 is in no phase, so it goes last
+    assert calls == [(None, 0), (3, 0), (None, 1), (3, 1), (2, 0), (2, 1)]
+    summary = Output.under(tmp_path).load_results(accuracy.STEM)["summary"]
+    assert all(item["seeds_done"] == [0, 1] for item in summary.values())
