@@ -21,13 +21,14 @@ torch is imported only inside the functions that need it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import statistics
 import sys
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -281,6 +282,36 @@ def _opacus_step(
 # ----------------------------------------------------------------------------- worker side
 
 
+@contextlib.contextmanager
+def worker_settings(threads: int) -> Iterator[bool]:
+    """torch threads and flush-to-zero of denormal floats for a measurement, restored after.
+
+    Flush-to-zero is a CPU flag: left on, it would change every later float computation of the
+    process (numpy's included). Yields whether the CPU supports it.
+    """
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    flush = bool(torch.set_flush_denormal(True))
+    try:
+        yield flush
+    finally:
+        torch.set_flush_denormal(False)
+        torch.set_num_threads(previous)
+
+
+def _timed(step: Callable[[], object], cuda: bool) -> float:
+    """Seconds one call of ``step`` takes (the GPU synchronised before the clock stops)."""
+    import torch
+
+    start = time.perf_counter()
+    step()
+    if cuda:
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
 def measure_steps(
     cell: Cell,
     *,
@@ -301,9 +332,21 @@ def measure_steps(
     """
     import torch
 
-    torch.set_num_threads(threads)
-    flush = torch.set_flush_denormal(True)
-    where = torch.device(device)
+    with worker_settings(threads) as flush:
+        return _measure_steps(cell, torch.device(device), flush, warmup, steps, budget, build)
+
+
+def _measure_steps(
+    cell: Cell,
+    where: Any,
+    flush: bool,
+    warmup: int,
+    steps: int,
+    budget: float | None,
+    build: TimingBuild | None,
+) -> dict[str, Any]:
+    import torch
+
     cuda = where.type == "cuda"
     row: dict[str, Any] = {
         "step_seconds": None,
@@ -330,11 +373,7 @@ def measure_steps(
             warnings.simplefilter("ignore")
             warm = []
             for _ in range(warmup):
-                start = time.perf_counter()
-                step()
-                if cuda:
-                    torch.cuda.synchronize()
-                warm.append(time.perf_counter() - start)
+                warm.append(_timed(step, cuda))
             if cuda:
                 torch.cuda.reset_peak_memory_stats()
             count = steps
@@ -344,11 +383,7 @@ def measure_steps(
             row["timed_steps"] = count
             times = []
             for _ in range(count):
-                start = time.perf_counter()
-                step()
-                if cuda:
-                    torch.cuda.synchronize()
-                times.append(time.perf_counter() - start)
+                times.append(_timed(step, cuda))
         row["step_seconds"] = statistics.median(times)
         row["step_seconds_all"] = times
         if cuda:
@@ -377,10 +412,15 @@ def measure_memory(
     model and lot live on the GPU and ``peak_gpu_mb`` is ``torch.cuda.max_memory_allocated``
     (None on CPU). An exception (out-of-memory included) is recorded in ``error``, not raised.
     """
+    with worker_settings(threads):
+        return _measure_memory(cell, batch_size, build, device)
+
+
+def _measure_memory(
+    cell: Cell, batch_size: int, build: MemoryBuild | None, device: str
+) -> dict[str, Any]:
     import torch
 
-    torch.set_num_threads(threads)
-    torch.set_flush_denormal(True)
     cuda = device == "cuda"
     row: dict[str, Any] = {
         "step_seconds": None,
@@ -401,19 +441,11 @@ def measure_memory(
         row["baseline_rss_mb"] = peak_rss_mb()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            start = time.perf_counter()
-            step()
-            if cuda:
-                torch.cuda.synchronize()
-            row["warmup_seconds"] = time.perf_counter() - start
+            row["warmup_seconds"] = _timed(step, cuda)
             if row["warmup_seconds"] > MEMORY_WARMUP_LIMIT_SECONDS:
                 row["skipped"] = "too slow"
             else:
-                start = time.perf_counter()
-                step()
-                if cuda:
-                    torch.cuda.synchronize()
-                row["step_seconds"] = time.perf_counter() - start
+                row["step_seconds"] = _timed(step, cuda)
     except (Exception, MemoryError) as error:  # recorded: the parent decides what it means
         row["error"] = f"{type(error).__name__}: {error}"[:2000]
     row["peak_rss_mb"] = peak_rss_mb()

@@ -87,12 +87,13 @@ def _lots(model: Any, size: int, *, lots: int = 1, physical: int | None = PHYSIC
 
 def measure(lot: int) -> dict[str, Any]:
     """Train the one-batch lot then the logical lot in this process; seconds and peak RSS."""
-    import torch
+    with cells.worker_settings(1):
+        return _measure(lot)
 
+
+def _measure(lot: int) -> dict[str, Any]:
     from dpcore.torch.models import tf_privacy_mnist_cnn
 
-    torch.set_num_threads(1)
-    torch.set_flush_denormal(True)
     row: dict[str, Any] = {"error": None, "peak_rss_mb": None}
     try:
         model = tf_privacy_mnist_cnn()

@@ -7,7 +7,13 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TypeVar
+
+from dpcore.errors import InvalidParameterError
+
+C = TypeVar("C")
 
 
 def write_between_markers(readme: Path, start: str, end: str, table: str) -> bool:
@@ -55,3 +61,20 @@ def code_fingerprint(*modules: str) -> str:
             digest.update(path.name.encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+def profile_config(profiles: Mapping[str, C], profile: str, config: C | None = None) -> C:
+    """``config`` when given, else the profile's from ``profiles``.
+
+    Raises:
+        InvalidParameterError: ``profile`` is not one of ``profiles``.
+
+    Example:
+        >>> profile_config({"quick": 1, "full": 2}, "full"), profile_config({"quick": 1}, "x", 3)
+        (2, 3)
+    """
+    if config is not None:
+        return config
+    if profile not in profiles:
+        raise InvalidParameterError("profile", f"in {sorted(profiles)}", profile)
+    return profiles[profile]

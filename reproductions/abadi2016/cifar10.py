@@ -39,7 +39,6 @@ import torch
 
 from dpcore.atomic import atomic_write_text
 from dpcore.data import DataUnavailableError, cache_dir, load_cifar10
-from dpcore.errors import InvalidParameterError
 from dpcore.events import dpsgd_event
 from reproductions.abadi2016.cifar10_inputs import augment, evaluation_inputs
 from reproductions.abadi2016.cifar10_training import (
@@ -52,7 +51,7 @@ from reproductions.abadi2016.cifar10_training import (
     train_setting,
 )
 from reproductions.abadi2016.mnist_core import epochs_reached, epsilon_columns, run_status
-from reproductions.common import write_between_markers
+from reproductions.common import profile_config, write_between_markers
 from reproductions.harness import ROOT, Output, hardware_label
 
 __all__ = [
@@ -126,10 +125,7 @@ def compute(
     ``config`` replaces the profile's; ``output`` the folders (the full profile's runs go to its
     run store); ``deadline`` (a ``time.time()`` value) stops the runs early.
     """
-    if config is None:
-        if profile not in PROFILES:
-            raise InvalidParameterError("profile", f"in {sorted(PROFILES)}", profile)
-        config = PROFILES[profile]
+    config = profile_config(PROFILES, profile, config)
     output = output or Output()
     start = time.perf_counter()
     directory = data_directory(config)

@@ -28,7 +28,6 @@ from typing import Any
 import torch
 
 from dpcore.atomic import atomic_write_text
-from dpcore.errors import InvalidParameterError
 from dpcore.events import dpsgd_event
 from reproductions.abadi2016.mnist_core import (
     Data,
@@ -48,7 +47,7 @@ from reproductions.abadi2016.mnist_core import (
     train_private,
     with_projection,
 )
-from reproductions.common import write_between_markers
+from reproductions.common import profile_config, write_between_markers
 from reproductions.harness import Output, hardware_label
 
 __all__ = [
@@ -210,10 +209,7 @@ def compute(
     ``config`` replaces the profile's (tests use tiny ones); the full profile's runs are kept
     in ``output``'s run store; ``deadline`` (a ``time.time()`` value) stops them early.
     """
-    if config is None:
-        if profile not in PROFILES:
-            raise InvalidParameterError("profile", f"in {sorted(PROFILES)}", profile)
-        config = PROFILES[profile]
+    config = profile_config(PROFILES, profile, config)
     output = output or Output()
     stem = results_stem(config.profile)
     store = output.store(stem) if config.checkpoint else None

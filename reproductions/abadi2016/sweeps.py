@@ -41,7 +41,7 @@ from reproductions.abadi2016.mnist_core import (
     steps_within_budget,
     train_private,
 )
-from reproductions.common import write_between_markers
+from reproductions.common import profile_config, write_between_markers
 from reproductions.harness import Output, RunState, hardware_label
 
 STEM = "abadi2016_sweeps"
@@ -242,10 +242,7 @@ def compute(
     ``config`` replaces the profile's; ``output`` the folders (the full profile's runs go to its
     run store); ``deadline`` (a ``time.time()`` value) stops the runs early.
     """
-    if config is None:
-        if profile not in PROFILES:
-            raise InvalidParameterError("profile", f"in {sorted(PROFILES)}", profile)
-        config = PROFILES[profile]
+    config = profile_config(PROFILES, profile, config)
     output = output or Output()
     start = time.perf_counter()
     store = output.store(STEM) if config.checkpoint else None

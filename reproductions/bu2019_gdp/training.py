@@ -40,7 +40,6 @@ from typing import Any
 import torch
 
 from dpcore.atomic import atomic_write_text
-from dpcore.errors import InvalidParameterError
 from dpcore.events import dpsgd_event
 from dpcore.torch.training import DPTrainer
 from reproductions.bu2019_gdp import models
@@ -66,6 +65,7 @@ from reproductions.bu2019_gdp.training_setup import (
     sampling_probability,
     selected_settings,
 )
+from reproductions.common import profile_config
 from reproductions.harness import Output, RunState, hardware_label
 
 __all__ = [
@@ -166,10 +166,7 @@ def compute(
     :data:`~reproductions.bu2019_gdp.settings.SETTINGS` (tests use tiny ones); ``output`` the
     folders; ``deadline`` (a ``time.time()`` value) stops runs early, saved as stopped.
     """
-    if config is None:
-        if profile not in PROFILES:
-            raise InvalidParameterError("profile", f"in {sorted(PROFILES)}", profile)
-        config = PROFILES[profile]
+    config = profile_config(PROFILES, profile, config)
     output = output or Output()
     stem = results_stem(config.profile)
     store = output.store(stem) if config.checkpoint else None

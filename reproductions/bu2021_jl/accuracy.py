@@ -62,7 +62,7 @@ from reproductions.bu2021_jl.privacy_intervals import (
     method_privacy,
     step_event,
 )
-from reproductions.common import code_fingerprint
+from reproductions.common import code_fingerprint, profile_config
 from reproductions.harness import (
     Output,
     RunState,
@@ -192,10 +192,7 @@ def compute(
     ``deadline`` (a ``time.time()`` value) stops the runs early; the results then say how far
     each got (``status``), and a later call resumes them.
     """
-    if config is None:
-        if profile not in PROFILES:
-            raise InvalidParameterError("profile", f"in {sorted(PROFILES)}", profile)
-        config = PROFILES[profile]
+    config = profile_config(PROFILES, profile, config)
     device = torch.device(paper.default_device())  # CUDA when present (or $DPCORE_DEVICE)
     data = tuple(part.to(device) for part in (data_loader or load_data)(config))
     with cpu_settings(config.threads):

@@ -30,7 +30,6 @@ from typing import Any
 import torch
 
 from dpcore.atomic import atomic_write_text
-from dpcore.errors import InvalidParameterError
 from dpcore.torch.training import DPTrainer
 from reproductions.bu2021_jl import config as paper
 from reproductions.bu2021_jl.privacy_intervals import method_privacy, step_event
@@ -53,7 +52,7 @@ from reproductions.bu2021_jl.summary_setup import (
     make_trainer,
     methods,
 )
-from reproductions.common import code_fingerprint
+from reproductions.common import code_fingerprint, profile_config
 from reproductions.harness import (
     Output,
     RunState,
@@ -110,10 +109,7 @@ def compute(
     Denormal floats are flushed to zero while training (as in the timing of Table 2): the LSTM
     backward on CPU is several times slower on them.
     """
-    if config is None:
-        if profile not in PROFILES:
-            raise InvalidParameterError("profile", f"in {sorted(PROFILES)}", profile)
-        config = PROFILES[profile]
+    config = profile_config(PROFILES, profile, config)
     device = torch.device(paper.default_device())  # CUDA when present (or $DPCORE_DEVICE)
     data = tuple(part.to(device) for part in (data_loader or load_data)(config))
     with cpu_settings(config.threads, flush_denormal=True):

@@ -138,3 +138,20 @@ def test_run_capped_rows(worker_result: Callable[[WorkerResult], list[list[str]]
     worker_result(WorkerResult("ok", row=fits, polled_rss_mb=650.0))
     row = cells.run_capped(cell, 4096, **capped)
     assert (row["exceeded_cap"], row["peak_rss_mb"]) == (False, 700.0)
+
+
+def test_a_measurement_leaves_the_float_flags_and_threads_as_it_found_them(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Flush-to-zero is a CPU flag: left on, it silently changed later numpy results (a tail
+    probability of the JL accountant's tests lost 3.5 % when run after these workers)."""
+    import numpy as np
+
+    threads = torch.get_num_threads()
+    build = _fake_build(torch.nn.Linear(3, 1))
+    timing = ["--worker", Cell("m", "x").to_json(), "--threads=1", "--warmup=1", "--steps=1"]
+    cells.timing_worker(timing, build=build)
+    cells.memory_worker(["--worker", Cell("m", "x").to_json(), "--batch-size=2"], build=build)
+    capsys.readouterr()
+    smallest = np.array([5e-324])  # a denormal: zero under flush-to-zero / denormals-are-zero
+    assert (smallest * 1.0)[0] > 0 and torch.get_num_threads() == threads
