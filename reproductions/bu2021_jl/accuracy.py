@@ -160,11 +160,20 @@ def execute(
     *,
     fingerprint: str,
     deadline: float | None = None,
+    until: int | None = None,
+    opened: tuple[RunState, DPTrainer] | None = None,
 ) -> tuple[RunState, DPTrainer]:
-    """One method and seed, resumable from ``store``; a row per evaluation."""
+    """One method and seed, resumable from ``store``; a row per evaluation.
+
+    ``until`` stops at that step for now; ``opened`` is what an earlier call returned for the
+    same run, to go on from there (see :func:`~reproductions.harness.run_training`).
+    """
     x_train, y_train, x_test, y_test = data
-    trainer = make_trainer(config, r, seed, x_train, y_train)
-    state = RunState.open(store, run_spec(config, r, seed), fingerprint)
+    if opened is None:
+        trainer = make_trainer(config, r, seed, x_train, y_train)
+        state = RunState.open(store, run_spec(config, r, seed), fingerprint)
+    else:
+        state, trainer = opened
     run_training(
         trainer,
         state,
@@ -174,9 +183,59 @@ def execute(
         measure=lambda current: {"test_accuracy": evaluate(current.model, x_test, y_test)},
         row={"method": label, "r": r, "seed": seed},
         deadline=deadline,
+        until=until,
         label=f"{STEM} {label} seed {seed}",
     )
     return state, trainer
+
+
+Opened = dict[tuple[int | None, int], tuple[RunState, DPTrainer]]
+
+
+def _run_all(
+    config: AccuracyConfig,
+    data: Data,
+    store: Path | None,
+    fingerprint: str,
+    deadline: float | None,
+) -> Opened:
+    """Every run of :func:`run_order`, each to its end in turn, or round by round (interleave).
+
+    Round by round, every run advances one evaluation interval per round; a round starts only
+    if the previous one (with training in it) would still end before ``deadline``, so a stop
+    leaves all runs at the same step.
+    """
+    order = run_order(config)
+    opened: Opened = {}
+    if not config.interleave:
+        for label, r, seed in order:
+            opened[(r, seed)] = execute(
+                config, label, r, seed, data, store, fingerprint=fingerprint, deadline=deadline
+            )
+        return opened
+    for label, r, seed in order:  # open (and resume) every run before the first round
+        opened[(r, seed)] = execute(
+            config, label, r, seed, data, store, fingerprint=fingerprint, until=0
+        )
+    targets = [*range(config.eval_every, config.steps, config.eval_every), config.steps]
+    last_round = 0.0
+    for target in targets:
+        if deadline is not None and time.time() + last_round >= deadline:
+            break
+        start = time.perf_counter()
+        for label, r, seed in order:
+            opened[(r, seed)] = execute(
+                config, label, r, seed, data, store,
+                fingerprint=fingerprint, until=target, opened=opened[(r, seed)],
+            )  # fmt: skip
+        elapsed = time.perf_counter() - start
+        last_round = elapsed if elapsed > 1.0 else last_round  # rounds resumed from disk: ~0 s
+    return opened
+
+
+def common_epoch(states: list[RunState]) -> float:
+    """The last epoch every run has a row for (0 when one has none)."""
+    return min((state.rows[-1]["epoch"] if state.rows else 0.0) for state in states)
 
 
 def compute(
@@ -210,13 +269,13 @@ def _compute(config: AccuracyConfig, data: Data, output: Output, deadline: float
     runs: dict[str, list[tuple[int, RunState, DPTrainer]]] = {
         label: [] for label, _ in methods(config)
     }
+    opened = _run_all(config, data, store, fingerprint, deadline)
     for label, r, seed in run_order(config):
-        state, trainer = execute(
-            config, label, r, seed, data, store, fingerprint=fingerprint, deadline=deadline
-        )
+        state, trainer = opened[(r, seed)]
         runs[label].append((seed, state, trainer))
     for entries in runs.values():
         entries.sort(key=lambda item: item[0])
+    common = common_epoch([state for entries in runs.values() for _, state, _ in entries])
     rows: list[dict[str, Any]] = []
     summary: dict[str, Any] = {}
     for label, r in methods(config):
@@ -258,6 +317,16 @@ def _compute(config: AccuracyConfig, data: Data, output: Output, deadline: float
             "final_accuracy": (
                 spread([state.rows[-1]["test_accuracy"] for _, state, _ in done]) if done else None
             ),
+            "accuracy_at_common_epoch": (
+                spread(
+                    [
+                        next(row for row in state.rows if row["epoch"] == common)["test_accuracy"]
+                        for _, state, _ in runs[label]
+                    ]
+                )
+                if common > 0
+                else None
+            ),
             "seconds_per_step": (
                 spread([state.seconds / config.steps for _, state, _ in done]) if done else None
             ),
@@ -278,6 +347,7 @@ def _compute(config: AccuracyConfig, data: Data, output: Output, deadline: float
             "code_fingerprint": fingerprint,
             "wall_time_s": round(time.perf_counter() - wall, 1),
             "steps_per_epoch": steps_per_epoch(config),
+            "common_epoch": common,
             "summary": summary,
         },
     )

@@ -59,6 +59,10 @@ class AccuracyConfig:
     #: torch threads while training (None: torch's default). One thread by default: on a
     #: shared 2-core machine, oversubscribed threads slow every step several-fold.
     threads: int | None = 1
+    #: Advance every run one evaluation interval at a time, round by round, instead of each run
+    #: to its end in turn: a deadline then leaves every method and seed at the same epoch (the
+    #: results do not depend on it; each run has its own generators).
+    interleave: bool = False
 
 
 PROFILES = {
@@ -72,6 +76,7 @@ PROFILES = {
         eval_every=234,
         jl_bins=400,
         checkpoint=True,
+        interleave=True,
     ),
 }
 

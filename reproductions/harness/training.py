@@ -213,6 +213,7 @@ def run_training(
     measure: Callable[[Trainable], dict[str, Any]],
     row: dict[str, Any] | None = None,
     deadline: float | None = None,
+    until: int | None = None,
     label: str = "",
 ) -> RunState:
     """Train to ``steps`` steps, measuring and committing every ``eval_every`` steps; resumable.
@@ -220,6 +221,8 @@ def run_training(
     Every row holds ``row``, the step, the epoch (``step / per_epoch``), what ``measure(trainer)``
     returns, and ``wall_s``, the training seconds so far (measuring excluded). ``deadline`` (a
     ``time.time()`` value) stops the run at its first commit past it, with ``state.done`` False.
+    ``until`` stops it at that step for now (not part of the run: a later call with a larger
+    ``until``, the same ``trainer`` and ``state``, goes on from there without reloading).
     """
     from tqdm import tqdm
 
@@ -227,12 +230,18 @@ def run_training(
         raise InvalidParameterError("steps", ">= 1", steps)
     if eval_every < 1:
         raise InvalidParameterError("eval_every", ">= 1", eval_every)
+    if until is not None and until < 0:
+        raise InvalidParameterError("until", ">= 0", until)
+    saved = state.rows[-1]["step"] if state.rows else 0
+    in_step = trainer.steps_done == saved  # a trainer kept between calls is at the saved step
     if state.checkpoint_path is not None:
-        trainer.load_checkpoint(state.checkpoint_path)
+        if not in_step:
+            trainer.load_checkpoint(state.checkpoint_path)
         if state.done:
             return state
-    elif state.rows:
+    elif state.rows and not in_step:
         state.rows, state.seconds = [], 0.0  # rows without weights: start over
+    limit = steps if until is None else min(steps, until)
     bar = tqdm(
         total=steps,
         initial=trainer.steps_done,
@@ -241,11 +250,11 @@ def run_training(
         leave=False,
         disable=None,
     )
-    while trainer.steps_done < steps:
+    while trainer.steps_done < limit:
         if deadline is not None and time.time() >= deadline:
             break
         start = time.perf_counter()
-        for _ in range(min(eval_every, steps - trainer.steps_done)):
+        for _ in range(min(eval_every, limit - trainer.steps_done)):
             trainer.step()
             bar.update(1)
         state.seconds += time.perf_counter() - start

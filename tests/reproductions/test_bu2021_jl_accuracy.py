@@ -152,3 +152,71 @@ def test_runs_go_in_the_order_of_the_phases(
     assert calls == [(None, 0), (3, 0), (None, 1), (3, 1), (2, 0), (2, 1)]
     summary = Output.under(tmp_path).load_results(accuracy.STEM)["summary"]
     assert all(item["seeds_done"] == [0, 1] for item in summary.values())
+
+
+def test_interleaved_rounds_give_the_sequential_results(tmp_path: Path) -> None:
+    sequential = dataclasses.replace(TINY, checkpoint=True)
+    interleaved = dataclasses.replace(sequential, interleave=True)
+    results = {}
+    for name, config in (("seq", sequential), ("inter", interleaved)):
+        output = Output.under(tmp_path / name)
+        accuracy.compute("quick", data_loader=_tiny_data, config=config, output=output)
+        results[name] = output.load_results(accuracy.STEM)
+
+    def key(row: dict) -> tuple:
+        return (row["method"], row["seed"], row["step"])
+
+    seq = {key(row): row["test_accuracy"] for row in results["seq"]["rows"]}
+    inter = {key(row): row["test_accuracy"] for row in results["inter"]["rows"]}
+    assert seq == inter and len(seq) == 8
+    assert results["inter"]["common_epoch"] == results["seq"]["common_epoch"] == 1.0
+    for label, item in results["inter"]["summary"].items():
+        assert (
+            item["accuracy_at_common_epoch"] == results["seq"]["summary"][label]["final_accuracy"]
+        )
+
+
+def test_interleaved_stop_leaves_every_run_at_the_same_epoch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The clock passes the deadline after the first round: the second round never starts.
+    config = dataclasses.replace(TINY, profile="full", checkpoint=True, interleave=True)
+    rounds: list[int] = []
+    original = accuracy.execute
+
+    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        if kwargs.get("until"):
+            rounds.append(kwargs["until"])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(accuracy, "execute", counting)
+    calls = iter(range(10**6))
+    monkeypatch.setattr(accuracy.time, "time", lambda: 0.0 if next(calls) == 0 else 1e9)
+    output = Output.under(tmp_path)
+    accuracy.compute("full", data_loader=_tiny_data, config=config, output=output, deadline=10.0)
+    data = output.load_results(accuracy.results_stem("full"))
+    assert set(rounds) == {2}  # one round, to step 2, for each of the 4 runs
+    assert data["common_epoch"] == 0.5
+    epochs = {row["epoch"] for row in data["rows"]}
+    assert epochs == {0.5}
+    for item in data["summary"].values():
+        assert item["seeds_done"] == [] and item["unfinished"] == {"0": 0.5, "1": 0.5}
+        assert item["accuracy_at_common_epoch"]["n"] == 2
+    # resumed without a deadline, the runs finish and match an uninterrupted sequential run
+    accuracy.compute("full", data_loader=_tiny_data, config=config, output=output)
+    resumed = output.load_results(accuracy.results_stem("full"))
+    reference = Output.under(tmp_path / "ref")
+    accuracy.compute(
+        "full",
+        data_loader=_tiny_data,
+        config=dataclasses.replace(config, interleave=False),
+        output=reference,
+    )
+    expected = reference.load_results(accuracy.results_stem("full"))
+    assert [
+        r["test_accuracy"]
+        for r in sorted(resumed["rows"], key=lambda r: (r["method"], r["seed"], r["step"]))
+    ] == [
+        r["test_accuracy"]
+        for r in sorted(expected["rows"], key=lambda r: (r["method"], r["seed"], r["step"]))
+    ]
