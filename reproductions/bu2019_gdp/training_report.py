@@ -5,7 +5,9 @@ figures and table:
 
 - ``figures/<stem>_accuracy.png``: test accuracy (RMSE for MovieLens) vs epoch, one
   panel per task, private settings and the non-private baseline; the paper's printed value as a
-  star at the paper's epochs.
+  star at the paper's epochs. The quick figure also draws, dashed, the saved full-profile curves
+  of its settings (when ``bu2019_training_full.json`` exists), so a few quick epochs are read
+  against the paper-sized run.
 - ``figures/<stem>_vs_mu.png``: the same metric vs the CLT's mu after each epoch; the
   paper's printed (mu, metric) pairs as stars.
 - The "paper vs ours" table between ``<!-- training-table:start -->`` and
@@ -69,6 +71,9 @@ def _plot_profile(output: Output, stem: str, readme: Path) -> None:
     data = output.load_results(stem)
     rows, tasks = data["rows"], _tasks(data)
     label = data["config"]["profile"]
+    full = results_stem("full")
+    # The quick figure draws the committed full results of the same settings beside its own.
+    beside = output.load_results(full) if label != "full" and output.has_results(full) else None
     for suffix, x_key in (("accuracy", "epoch"), ("vs_mu", "mu")):
         columns = min(2, len(tasks))
         lines = (len(tasks) + columns - 1) // columns
@@ -81,6 +86,12 @@ def _plot_profile(output: Output, stem: str, readme: Path) -> None:
                     [r[x_key] for r in mine], [r["test_metric"] for r in mine], "-o", ms=3,
                     label=f"{name} (ours)",
                 )  # fmt: skip
+                if beside is not None:
+                    longer = [r for r in beside["rows"] if r["setting"] == name]
+                    axis.plot(
+                        [r[x_key] for r in longer], [r["test_metric"] for r in longer], "--",
+                        lw=1, color=line.get_color(), label=f"{name} (full profile, committed)",
+                    )  # fmt: skip
                 paper = item["setting"]
                 x_paper = paper["epochs"] if x_key == "epoch" else paper["paper_mu_clt"]
                 if paper["paper_metric"] is not None and x_paper is not None:

@@ -28,9 +28,15 @@ def profile_label(data: dict[str, Any]) -> str:
     """E.g. ``quick: 100 steps (0.43 epochs of 60), 2 seeds`` -- how far from the paper a run is."""
     config = data["config"]
     epochs = config["steps"] / data["steps_per_epoch"]
+    stopped = any(item.get("unfinished") for item in data["summary"].values())
+    reached = (
+        f", every run stopped at epoch {data['common_epoch']:g} (deadline)"
+        if stopped and data.get("common_epoch")
+        else ""
+    )
     return (
         f"{config['profile']}: {config['steps']} steps ({epochs:.2g} epochs of "
-        f"{config['paper_epochs']}), {len(data['seeds'])} seeds"
+        f"{config['paper_epochs']}), {len(data['seeds'])} seeds{reached}"
     )
 
 
@@ -52,29 +58,37 @@ def plot(*, output: Output | None = None, readme: Path | None = None) -> None:
             _plot_profile(output, results_stem(profile), readme or README)
 
 
-def _plot_profile(output: Output, stem: str, readme: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    data = output.load_results(stem)
+def _curves(data: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Rows drawn per method: every seed up to the epoch all runs reached, when some run was
+    stopped early (a deadline); otherwise the finished seeds' rows."""
     rows, summary = data["rows"], data["summary"]
-    figure, axis = plt.subplots(figsize=(6.4, 4.2))
+    stopped = any(item.get("unfinished") for item in summary.values())
+    common = data.get("common_epoch")
+    drawn: dict[str, list[dict[str, Any]]] = {}
     for label, item in summary.items():
-        done = item.get("seeds_done")
         mine = [row for row in rows if row["method"] == label]
-        if done is not None:
-            mine = [row for row in mine if row["seed"] in done]
-        if not mine:
-            continue
+        if stopped and common:
+            mine = [row for row in mine if row["epoch"] <= common]
+        elif item.get("seeds_done") is not None:
+            mine = [row for row in mine if row["seed"] in item["seeds_done"]]
+        if mine:
+            drawn[label] = mine
+    return drawn
+
+
+def _draw(axis: Any, data: dict[str, Any]) -> None:
+    """Mean test accuracy vs epoch with the min-max band over seeds, one line per method."""
+    summary = data["summary"]
+    for label, mine in _curves(data).items():
         epochs = sorted({row["epoch"] for row in mine})
         per_epoch = [[row["test_accuracy"] for row in mine if row["epoch"] == e] for e in epochs]
         bands = [spread(values) for values in per_epoch]
-        eps = fmt_interval(item["privacy"]["run"])
+        eps = fmt_interval(summary[label]["privacy"]["run"])
+        seeds = max(b["n"] for b in bands)
         (line,) = axis.plot(
-            epochs, [b["mean"] for b in bands], "-o", ms=3, label=f"{label} (eps {eps})"
-        )
+            epochs, [b["mean"] for b in bands], "-o", ms=3,
+            label=f"{label} (eps {eps}; {seeds} seed(s))",
+        )  # fmt: skip
         axis.fill_between(
             epochs,
             [b["min"] for b in bands],
@@ -83,22 +97,39 @@ def _plot_profile(output: Output, stem: str, readme: Path) -> None:
             alpha=0.2,
             lw=0,
         )
+    config = data["config"]
     axis.set_xlabel("epoch")
     axis.set_ylabel("test accuracy (mean, min-max band over seeds)")
     axis.grid(alpha=0.3)
-    axis.legend(fontsize=7, loc="lower right")
-    config = data["config"]
+    axis.legend(fontsize=6, loc="lower right")
     axis.set_title(
-        f"Bu et al. 2021 Fig. 4, MNIST CNN -- {profile_label(data)}\n"
-        f"sigma={config['noise_multiplier']:g}, C={config['max_grad_norm']:g}, "
-        f"L={config['lot_size']}, lr={config['learning_rate']:g}, "
-        f"delta={config['delta']:g}",
-        fontsize=8,
+        f"{profile_label(data)}\nsigma={config['noise_multiplier']:g}, "
+        f"C={config['max_grad_norm']:g}, L={config['lot_size']}, "
+        f"lr={config['learning_rate']:g}, delta={config['delta']:g}",
+        fontsize=7,
     )
+
+
+def _plot_profile(output: Output, stem: str, readme: Path) -> None:
+    """The profile's figure; the quick one has the committed full results in a panel beside it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = output.load_results(stem)
+    panels = [data]
+    full = results_stem("full")
+    if data["config"]["profile"] != "full" and output.has_results(full):
+        panels.append(output.load_results(full))
+    figure, axes = plt.subplots(1, len(panels), figsize=(6.4 * len(panels), 4.4), squeeze=False)
+    for axis, panel in zip(axes[0], panels, strict=True):
+        _draw(axis, panel)
+    figure.suptitle("Bu et al. 2021 Fig. 4, MNIST CNN: DP-SGD vs DP-SGD-JL", fontsize=9)
     figure.tight_layout()
     figure.savefig(output.path(f"{stem}.png"), dpi=150)
     plt.close(figure)
-    write_between_markers(readme, *markers(config["profile"]), readme_table(data))
+    write_between_markers(readme, *markers(data["config"]["profile"]), readme_table(data))
 
 
 def readme_table(data: dict[str, Any]) -> str:
@@ -130,11 +161,16 @@ def readme_table(data: dict[str, Any]) -> str:
     ]
     for label, item in data["summary"].items():
         acc, speed = item["final_accuracy"], item["seconds_per_step"]
-        accuracy = (
-            "not finished"
-            if acc is None
-            else (f"{acc['mean']:.3f} [{acc['min']:.3f}, {acc['max']:.3f}]")
-        )
+        at_common = item.get("accuracy_at_common_epoch")
+        if acc is not None:
+            accuracy = f"{acc['mean']:.3f} [{acc['min']:.3f}, {acc['max']:.3f}]"
+        elif at_common is not None:
+            accuracy = (
+                f"not finished; at epoch {data['common_epoch']:g} ({at_common['n']} seeds): "
+                f"{at_common['mean']:.3f} [{at_common['min']:.3f}, {at_common['max']:.3f}]"
+            )
+        else:
+            accuracy = "not finished"
         seconds = "n/a" if speed is None else f"{speed['mean']:.3f}"
         lines.append(
             f"| {label} | {accuracy} | n/a "

@@ -257,6 +257,34 @@ def test_compute_and_plot_end_to_end(sandbox: Path) -> None:
     assert f"| {mu:.2f} (0.50) |" in readme
 
 
+def test_quick_figure_draws_the_saved_full_curves_beside_its_own(
+    sandbox: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import matplotlib.axes
+
+    output = Output.under(sandbox)
+    training.compute(config=TINY, loaders=LOADERS, catalogue=CATALOGUE, output=output)
+    saved = output.load_results(training.STEM)
+    output.save_results(
+        training.results_stem("full"),
+        config={**saved["config"], "profile": "full"},
+        rows=saved["rows"],
+        extra={k: v for k, v in saved.items() if k not in ("config", "rows")},
+    )
+    labels: list[str] = []
+    original = matplotlib.axes.Axes.plot
+
+    def recording(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        labels.append(str(kwargs.get("label")))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", recording)
+    training_report.plot(output=output, readme=sandbox / "README.md")
+    beside = [label for label in labels if label.endswith("(full profile, committed)")]
+    # one dashed curve per setting in each of the two figures of the quick profile only
+    assert sorted(beside) == sorted([f"{s.name} (full profile, committed)" for s in CATALOGUE] * 2)
+
+
 def test_readme_left_alone_without_markers(tmp_path: Path) -> None:
     readme = tmp_path / "README.md"
     readme.write_text("no markers\n")

@@ -202,6 +202,13 @@ def test_interleaved_stop_leaves_every_run_at_the_same_epoch(
     for item in data["summary"].values():
         assert item["seeds_done"] == [] and item["unfinished"] == {"0": 0.5, "1": 0.5}
         assert item["accuracy_at_common_epoch"]["n"] == 2
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- accuracy-table-full:start -->\n<!-- accuracy-table-full:end -->\n")
+    accuracy.plot(output=output, readme=readme)
+    table = readme.read_text()
+    assert "every run stopped at epoch 0.5 (deadline)" in table
+    assert table.count("not finished; at epoch 0.5 (2 seeds): ") == 2
+    assert output.path(f"{accuracy.results_stem('full')}.png").stat().st_size > 10_000
     # resumed without a deadline, the runs finish and match an uninterrupted sequential run
     accuracy.compute("full", data_loader=_tiny_data, config=config, output=output)
     resumed = output.load_results(accuracy.results_stem("full"))

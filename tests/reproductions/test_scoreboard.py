@@ -100,3 +100,41 @@ def test_compute_writes_json_and_markdown(tmp_path: Path) -> None:
 )
 def test_verdict(paper: float | None, ours: float | None, tolerance: float, expected: str) -> None:
     assert scoreboard.verdict(paper, ours, tolerance) == expected
+
+
+def _fake_fig4(output: Output, means: dict[str, float]) -> None:
+    summary = {
+        label: {
+            "final_accuracy": None,
+            "seeds_done": [],
+            "unfinished": {str(seed): 9.0 for seed in range(5)},
+            "accuracy_at_common_epoch": {"mean": mean, "min": mean, "max": mean, "n": 5},
+        }
+        for label, mean in means.items()
+    }
+    output.save_results(
+        "bu2021_jl_accuracy_full",
+        config={"profile": "full", "paper_epochs": 60},
+        rows=[],
+        extra={"hardware": "test", "common_epoch": 9.0, "summary": summary},
+    )
+
+
+def test_fig4_stopped_early_compares_at_the_common_epoch(tmp_path: Path) -> None:
+    output = Output.under(tmp_path)
+    _fake_fig4(
+        output,
+        {"DP-SGD": 0.95, "DP-SGD-JL r=1": 0.96, "DP-SGD-JL r=3": 0.925, "DP-SGD-JL r=20": 0.945},
+    )
+    rows = {row["quantity"]: row for row in scoreboard.build_rows(output)}
+    final = [q for q in rows if q.startswith("Fig. 4 MNIST final test accuracy")]
+    assert len(final) == 2 and all(rows[q]["verdict"].startswith("not run (") for q in final)
+    at = {
+        q: row for q, row in rows.items() if q.startswith("Fig. 4 MNIST test accuracy at epoch 9")
+    }
+    assert len(at) == 2  # r = 20 and r = 3 (the paper claims nothing for r = 1)
+    r20 = next(row for q, row in at.items() if "r = 20" in q)
+    r3 = next(row for q, row in at.items() if "r = 3" in q)
+    assert r20["ours"] == pytest.approx(-0.005) and r20["verdict"] == "matches"
+    assert r3["ours"] == pytest.approx(-0.025) and r3["verdict"] == "differs (unexplained)"
+    assert "of 60" in next(iter(at)) and "5 seeds" in next(iter(at))
