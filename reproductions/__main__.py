@@ -17,6 +17,7 @@ from reproductions.abadi2016 import cifar10 as abadi2016_cifar10
 from reproductions.abadi2016 import fig2
 from reproductions.abadi2016 import mnist as abadi2016_mnist
 from reproductions.abadi2016 import sweeps as abadi2016_sweeps
+from reproductions.bu2019_gdp import initialisation as bu2019_initialisation
 from reproductions.bu2019_gdp import privacy as bu2019_privacy
 from reproductions.bu2019_gdp import tradeoff_curves
 from reproductions.bu2019_gdp import training as bu2019_training
@@ -39,6 +40,7 @@ REPRODUCTIONS: dict[str, tuple[Callable[[str], None], Callable[[], None]]] = {
     "bu2019_tradeoff_curves": (lambda profile: tradeoff_curves.compute(), tradeoff_curves.plot),
     "bu2019_privacy": (bu2019_privacy.compute, bu2019_privacy.plot),
     "bu2019_training": (bu2019_training.compute, bu2019_training.plot),
+    "bu2019_initialisation": (bu2019_initialisation.compute, bu2019_initialisation.plot),
     "bu2021_jl_epsilon": (jl_epsilon.compute, jl_epsilon.plot),
     "bu2021_jl_speed": (jl_speed.compute, jl_speed_report.plot),
     "bu2021_jl_memory": (jl_memory.compute, jl_memory_report.plot),

@@ -138,3 +138,49 @@ def test_fig4_stopped_early_compares_at_the_common_epoch(tmp_path: Path) -> None
     assert r20["ours"] == pytest.approx(-0.005) and r20["verdict"] == "matches"
     assert r3["ours"] == pytest.approx(-0.025) and r3["verdict"] == "differs (unexplained)"
     assert "of 60" in next(iter(at)) and "5 seeds" in next(iter(at))
+
+
+def _fake_bu2019(output: Output, keras_mean: float | None) -> None:
+    setting = {
+        "name": "mnist_sigma1.3_e15", "dataset": "mnist", "metric": "accuracy",
+        "noise_multiplier": 1.3, "epochs": 15, "paper_metric": 0.95, "note": "",
+    }  # fmt: skip
+    summary = {
+        "mnist_sigma1.3_e15": {
+            "task": "mnist", "setting": setting, "status": "done", "epochs_run": 15,
+            "test_metric": 0.936,
+        }
+    }  # fmt: skip
+    output.save_results(
+        "bu2019_training_full", config={"profile": "full"}, rows=[],
+        extra={"hardware": "test", "summary": summary},
+    )  # fmt: skip
+    if keras_mean is not None:
+        output.save_results(
+            "bu2019_initialisation_full", config={"profile": "full"}, rows=[],
+            extra={
+                "setting": setting,
+                "summary": {
+                    "keras": {"mean": keras_mean, "final_accuracy": {"0": keras_mean}},
+                    "torch": {"mean": 0.935, "final_accuracy": {"0": 0.935}},
+                },
+            },
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("keras_mean", "explained"), [(None, False), (0.9497, True), (0.93, False)]
+)
+def test_bu2019_gap_is_explained_only_by_a_measured_initialisation_check(
+    tmp_path: Path, keras_mean: float | None, explained: bool
+) -> None:
+    output = Output.under(tmp_path)
+    _fake_bu2019(output, keras_mean)
+    row = next(
+        row for row in scoreboard.build_rows(output) if row["quantity"].startswith("mnist test")
+    )
+    if explained:
+        assert row["verdict"].startswith("differs (explained: torch's default layer init")
+        assert "0.9497 (mean of 1 seeds; torch's init 0.9350)" in row["verdict"]
+    else:
+        assert row["verdict"] == "differs (unexplained)"
