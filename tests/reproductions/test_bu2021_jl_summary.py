@@ -159,4 +159,4 @@ def test_profiles() -> None:
     full = summary.PROFILES["full"]
     assert [r for _, _, r in summary.methods(full)] == [None, None, 1, 5, 10, 30]
     assert full.steps == 1953  # round(20 epochs x 25,000 / 256)
-    assert summary.PROFILES["quick"].jl_dimensions == (1, 5)
+    assert summary.PROFILES["quick"].jl_dimensions == (1,)
