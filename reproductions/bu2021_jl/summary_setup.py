@@ -25,7 +25,7 @@ STEM = "bu2021_jl_summary"
 
 @dataclasses.dataclass(frozen=True)
 class SummaryConfig:
-    """One profile of the summary (a few steps, r in {1, 5} by default; the quick profile: r = 1)."""
+    """One profile of the summary (a few steps, r in {1, 5} by default; quick: r = 1)."""
 
     profile: str = "quick"
     jl_dimensions: tuple[int, ...] = (1, 5)
