@@ -47,6 +47,25 @@ from reproductions.harness import Output, RunState, hardware_label
 STEM = "abadi2016_sweeps"
 README = Path(__file__).with_name("README.md")
 TABLE_START, TABLE_END = "<!-- sweeps-table:start -->", "<!-- sweeps-table:end -->"
+
+
+def results_stem(profile: str) -> str:
+    """``abadi2016_sweeps`` (quick, tests) or ``abadi2016_sweeps_full`` (its own results).
+
+    Example:
+        >>> results_stem("quick"), results_stem("full")
+        ('abadi2016_sweeps', 'abadi2016_sweeps_full')
+    """
+    return f"{STEM}_full" if profile == "full" else STEM
+
+
+def markers(profile: str) -> tuple[str, str]:
+    """README markers of a profile's table (``sweeps-table`` or ``sweeps-table-full``)."""
+    if profile != "full":
+        return TABLE_START, TABLE_END
+    return "<!-- sweeps-table-full:start -->", "<!-- sweeps-table-full:end -->"
+
+
 AXES = ("pca", "hidden", "lot")
 AXIS_LABELS = {
     "pca": "PCA dimensions (0 = no PCA)",
@@ -245,9 +264,10 @@ def compute(
     config = profile_config(PROFILES, profile, config)
     output = output or Output()
     start = time.perf_counter()
-    store = output.store(STEM) if config.checkpoint else None
+    stem = results_stem(config.profile)
+    store = output.store(stem) if config.checkpoint else None
     result = run(config, store=store, deadline=deadline)
-    statements = output.path(f"{STEM}_privacy.json")
+    statements = output.path(f"{stem}_privacy.json")
     text = json.dumps(result["statements"], indent=1, sort_keys=True, default=str) + "\n"
     atomic_write_text(statements, text)
     extra = {
@@ -262,20 +282,25 @@ def compute(
         },
         "summary": result["summary"],
     }
-    output.save_results(STEM, config=config, rows=result["rows"], extra=extra)
+    output.save_results(stem, config=config, rows=result["rows"], extra=extra)
 
 
 def plot(*, output: Output | None = None, readme: Path | None = None) -> None:
-    """``<figures>/abadi2016_sweeps.png``: test accuracy vs each parameter, ours and the paper's."""
+    """``<figures>/<stem>.png``: test accuracy vs each parameter, ours and the paper's, and the
+    README table, for every profile with saved results."""
     output = output or Output()
-    if not output.has_results(STEM):
-        return
+    for profile in ("quick", "full"):
+        if output.has_results(results_stem(profile)):
+            _plot_profile(output, results_stem(profile), readme)
+
+
+def _plot_profile(output: Output, stem: str, readme: Path | None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    data = output.load_results(STEM)
+    data = output.load_results(stem)
     config, paper = data["config"], data["paper_fig5"]
     rows = [row for row in data["rows"] if row["test_accuracy"] is not None]
     figure, axes = plt.subplots(1, 3, figsize=(13, 3.8), sharey=True)
@@ -312,7 +337,7 @@ def plot(*, output: Output | None = None, readme: Path | None = None) -> None:
         fontsize=10,
     )
     figure.tight_layout()
-    figure.savefig(output.path(f"{STEM}.png"), dpi=150)
+    figure.savefig(output.path(f"{stem}.png"), dpi=150)
     plt.close(figure)
     write_readme_table(data, readme=readme)
 
@@ -360,4 +385,5 @@ def readme_table(data: dict[str, Any]) -> str:
 
 def write_readme_table(data: dict[str, Any], *, readme: Path | None = None) -> None:
     """Replace the table between the README's sweep markers (left alone if they are absent)."""
-    write_between_markers(readme or README, TABLE_START, TABLE_END, readme_table(data))
+    start, end = markers(data["config"]["profile"])
+    write_between_markers(readme or README, start, end, readme_table(data))

@@ -184,3 +184,31 @@ def test_bu2019_gap_is_explained_only_by_a_measured_initialisation_check(
         assert "0.9497 (mean of 1 seeds; torch's init 0.9350)" in row["verdict"]
     else:
         assert row["verdict"] == "differs (unexplained)"
+
+
+def test_sweep_points_stopped_by_a_deadline_are_not_run(tmp_path: Path) -> None:
+    output = Output.under(tmp_path)
+    rows = [
+        {"axis": "pca", "value": 0, "run": "none_h1000_l600", "test_accuracy": 0.93},
+        {"axis": "pca", "value": 10, "run": "dp_pca10_h1000_l600", "test_accuracy": 0.80},
+    ]
+    summary = {
+        "none_h1000_l600": {"status": "done"},
+        "dp_pca10_h1000_l600": {"status": "stopped at epoch 50 of 215 (deadline)"},
+    }
+    output.save_results(
+        "abadi2016_sweeps_full", config={"profile": "full"}, rows=rows,
+        extra={"hardware": "test", "summary": summary,
+               "paper_fig5": {"pca": {"0": 0.931, "10": 0.94, "20": 0.947}}},
+    )  # fmt: skip
+    got = {row["quantity"]: row for row in scoreboard.build_rows(output)}
+    done = got["Fig. 5 MNIST test accuracy vs projection dimension = 0 (eps = 2)"]
+    assert done["verdict"] == "matches" and done["ours"] == 0.93 and done["profile"] == "full"
+    stopped = got["Fig. 5 MNIST test accuracy vs projection dimension = 10 (eps = 2)"]
+    assert stopped["ours"] is None
+    assert stopped["verdict"] == (
+        "not run (the full sweep stopped before this point was trained to eps = 2 "
+        "(stopped at epoch 50 of 215 (deadline)))"
+    )
+    absent = got["Fig. 5 MNIST test accuracy vs projection dimension = 20 (eps = 2)"]
+    assert absent["ours"] is None and "(not reached)" in absent["verdict"]
