@@ -327,8 +327,11 @@ def _compute(config: AccuracyConfig, data: Data, output: Output, deadline: float
                 if common > 0
                 else None
             ),
+            # training seconds per step of every run that took one (stopped runs included)
             "seconds_per_step": (
-                spread([state.seconds / config.steps for _, state, _ in done]) if done else None
+                spread([s.seconds / s.rows[-1]["step"] for _, s, _ in runs[label] if s.rows])
+                if any(s.rows for _, s, _ in runs[label])
+                else None
             ),
             "privacy": privacy,
             "privacy_statement": name,
@@ -346,6 +349,10 @@ def _compute(config: AccuracyConfig, data: Data, output: Output, deadline: float
             "torch": torch.__version__,
             "code_fingerprint": fingerprint,
             "wall_time_s": round(time.perf_counter() - wall, 1),
+            # training seconds of all runs together, over every call that advanced them
+            "training_seconds": round(
+                sum(state.seconds for entries in runs.values() for _, state, _ in entries), 1
+            ),
             "steps_per_epoch": steps_per_epoch(config),
             "common_epoch": common,
             "summary": summary,
