@@ -138,9 +138,13 @@ def readme_table(data: dict[str, Any]) -> str:
         scope += f"; not finished: {', '.join(stopped)} (see the epochs run)"
     lines = [
         f"Profile **{profile}**{scope}, seed {data['seed']}, commit `{data['commit'][:12]}`, "
-        f"wall time {data['wall_time_s']:.0f} s for this call, "
-        f"{data.get('training_seconds', 0):,.0f} s of training over all runs "
-        f"({data['hardware']}). mu and eps (CLT) are "
+        f"wall time {data['wall_time_s']:.0f} s"
+        + (
+            f" for this call, {data['training_seconds']:,.0f} s of training over all runs"
+            if "training_seconds" in data
+            else ""
+        )
+        + f" ({data['hardware']}). mu and eps (CLT) are "
         "the CLT's approximation (not a bound); RDP and the PLD interval's upper end are "
         "certified upper bounds (its lower end bounds the true epsilon of the same steps from "
         "below).",

@@ -137,8 +137,13 @@ def readme_table(data: dict[str, Any]) -> str:
     config = data["config"]
     lines = [
         f"Profile **{profile_label(data)}**; commit `{data['commit'][:12]}`, wall time "
-        f"{data['wall_time_s']:.0f} s for this call, {data.get('training_seconds', 0):,.0f} s "
-        f"of training over all runs ({data['hardware']}); "
+        f"{data['wall_time_s']:.0f} s"
+        + (
+            f" for this call, {data['training_seconds']:,.0f} s of training over all runs"
+            if "training_seconds" in data
+            else ""
+        )
+        + f" ({data['hardware']}); "
         f"delta = {config['delta']:g}. *Assumption*: the paper says it trains the TF Privacy "
         "tutorial's CNN on MNIST; its hyperparameters for Fig. 4 were not verified, so the "
         f"tutorial's defaults are used (lr {config['learning_rate']:g}, sigma "
