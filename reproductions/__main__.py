@@ -76,17 +76,30 @@ def main(argv: list[str] | None = None) -> int:
         help="training reproductions stop their runs after H hours (resumable; results saved "
         "with the epochs reached)",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="train the runs of reproductions that can fan out (bu2021_jl_accuracy) in N "
+        "processes at once, e.g. many runs sharing one GPU",
+    )
     args = parser.parse_args(argv)
+    if args.workers is not None and args.workers < 1:
+        parser.error(f"--workers must be >= 1, got {args.workers}")
     if args.stop_after_hours is not None and not args.stop_after_hours > 0:
         parser.error(f"--stop-after-hours must be > 0, got {args.stop_after_hours}")
     deadline = None if args.stop_after_hours is None else time.time() + 3600 * args.stop_after_hours
     for name in args.only or list(REPRODUCTIONS):
         compute, plot = REPRODUCTIONS[name]
         start = time.perf_counter()
-        if deadline is not None and "deadline" in inspect.signature(compute).parameters:
-            compute(args.profile, deadline=deadline)  # type: ignore[call-arg]
-        else:
-            compute(args.profile)
+        accepted = inspect.signature(compute).parameters
+        options: dict[str, object] = {}
+        if deadline is not None and "deadline" in accepted:
+            options["deadline"] = deadline
+        if args.workers is not None and "workers" in accepted:
+            options["workers"] = args.workers
+        compute(args.profile, **options)
         plot()
         print(f"{name}: done in {time.perf_counter() - start:.1f} s")
     return 0

@@ -26,9 +26,12 @@ summary in :mod:`~reproductions.bu2021_jl.privacy_intervals`; the training loop 
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import multiprocessing
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -64,11 +67,13 @@ from reproductions.bu2021_jl.privacy_intervals import (
 )
 from reproductions.common import code_fingerprint, profile_config
 from reproductions.harness import (
+    Executor,
     Output,
     RunState,
     cpu_settings,
     evaluate,
     hardware_label,
+    run_many,
     run_training,
 )
 
@@ -78,9 +83,12 @@ __all__ = [
     "STEM",
     "AccuracyConfig",
     "Data",
+    "RunJob",
     "compute",
     "epsilon_interval",
     "execute",
+    "execute_job",
+    "fan_out",
     "fmt_interval",
     "load_data",
     "make_trainer",
@@ -162,11 +170,14 @@ def execute(
     deadline: float | None = None,
     until: int | None = None,
     opened: tuple[RunState, DPTrainer] | None = None,
+    hardware: str | None = None,
 ) -> tuple[RunState, DPTrainer]:
     """One method and seed, resumable from ``store``; a row per evaluation.
 
     ``until`` stops at that step for now; ``opened`` is what an earlier call returned for the
     same run, to go on from there (see :func:`~reproductions.harness.run_training`).
+    ``hardware`` (default: :func:`~reproductions.harness.hardware_label` of the data's device)
+    is added to the run's saved list of what trained it, if this call trains it.
     """
     x_train, y_train, x_test, y_test = data
     if opened is None:
@@ -174,6 +185,11 @@ def execute(
         state = RunState.open(store, run_spec(config, r, seed), fingerprint)
     else:
         state, trainer = opened
+    trained_by = state.extra.setdefault("hardware", [])
+    label_now = hardware or hardware_label(x_train.device)
+    trains = (until is None or until > 0) and (deadline is None or time.time() < deadline)
+    if not state.done and label_now not in trained_by and trains:
+        trained_by.append(label_now)  # saved with the run's next commit
     run_training(
         trainer,
         state,
@@ -233,6 +249,94 @@ def _run_all(
     return opened
 
 
+@dataclasses.dataclass(frozen=True)
+class RunJob:
+    """One run of the figure as a picklable job for a worker process (see :func:`fan_out`)."""
+
+    config: AccuracyConfig
+    label: str
+    r: int | None
+    seed: int
+    store: str
+    fingerprint: str
+    deadline: float | None
+    workers: int
+    #: Module-level (picklable) replacement of :func:`load_data`, e.g. small data in tests.
+    data_loader: Callable[[AccuracyConfig], Data] | None = None
+
+
+def execute_job(job: RunJob) -> dict[str, Any]:
+    """Train one run in this process on :func:`~reproductions.bu2021_jl.config.default_device`,
+    resuming from and committing to the run store, until it is done or ``job.deadline``.
+
+    One torch thread (workers share the cores). On CUDA, TF32 is switched off for this process:
+    per-example norms computed in TF32 convolutions can exceed the clipping norm by about 1e-3
+    relative, more sensitivity than the accountant assumes.
+    """
+    device = torch.device(paper.default_device())
+    if device.type == "cuda":
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+    data = tuple(part.to(device) for part in (job.data_loader or load_data)(job.config))
+    with cpu_settings(1):
+        hardware = (
+            f"{hardware_label(device)}, torch {torch.__version__}, {job.workers} runs at once"
+        )
+        state, _ = execute(
+            job.config, job.label, job.r, job.seed, data, Path(job.store),  # type: ignore[arg-type]
+            fingerprint=job.fingerprint, deadline=job.deadline, hardware=hardware,
+        )  # fmt: skip
+    last = state.rows[-1] if state.rows else {"step": 0, "epoch": 0}
+    return {"label": job.label, "seed": job.seed, "step": last["step"], "done": state.done}
+
+
+def fan_out(
+    profile: str = "full",
+    *,
+    workers: int,
+    executor: Executor | None = None,
+    data_loader: Callable[[AccuracyConfig], Data] | None = None,
+    config: AccuracyConfig | None = None,
+    output: Output | None = None,
+    deadline: float | None = None,
+) -> list[dict[str, Any]]:
+    """Train every run of the profile in ``workers`` spawned processes, into the run store.
+
+    Each run goes to its end or ``deadline``, in :func:`run_order`; what each reached is
+    returned (and is in the store: :func:`compute` afterwards reads it back and saves the
+    results). ``executor`` (anything with ``submit``: a cluster's executor, say) replaces the
+    pool of ``workers`` spawned processes; ``data_loader`` must then be picklable. On one GPU,
+    a small CNN's steps leave it idle between kernels: several runs at once use it far better
+    than one after another.
+    """
+    config = profile_config(PROFILES, profile, config)
+    if workers < 1:
+        raise InvalidParameterError("workers", ">= 1", workers)
+    if not config.checkpoint:
+        raise InvalidParameterError("config.checkpoint", "True (runs resume from the store)", False)
+    (data_loader or load_data)(config)  # fetch once here, not in every worker at one moment
+    store = (output or Output()).store(results_stem(config.profile))
+    fingerprint = code_fingerprint(*CODE_MODULES)
+    jobs = [
+        RunJob(config, label, r, seed, str(store), fingerprint, deadline, workers, data_loader)
+        for label, r, seed in run_order(config)
+    ]
+    if executor is not None:
+        return run_many(execute_job, jobs, executor)
+    context = multiprocessing.get_context("spawn")  # CUDA cannot be used in a forked child
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        return run_many(execute_job, jobs, pool)
+
+
+def _hardware(runs: dict[str, list[tuple[int, RunState, DPTrainer]]], device: torch.device) -> str:
+    """What trained the runs (each run's saved list), in order of first use, joined by " + "."""
+    labels: list[str] = []
+    for entries in runs.values():
+        for _, state, _ in entries:
+            labels += [label for label in state.extra.get("hardware", []) if label not in labels]
+    return " + ".join(labels) or hardware_label(device)
+
+
 def common_epoch(states: list[RunState]) -> float:
     """The last epoch every run has a row for (0 when one has none)."""
     return min((state.rows[-1]["epoch"] if state.rows else 0.0) for state in states)
@@ -245,13 +349,21 @@ def compute(
     config: AccuracyConfig | None = None,
     output: Output | None = None,
     deadline: float | None = None,
+    workers: int | None = None,
 ) -> None:
     """Train every method for every seed; save rows, per-method summary and privacy statements.
 
     ``deadline`` (a ``time.time()`` value) stops the runs early; the results then say how far
-    each got (``status``), and a later call resumes them.
+    each got (``status``), and a later call resumes them. ``workers`` trains the runs in that
+    many processes at once first (:func:`fan_out`; profiles with a run store only), then
+    reads them back here.
     """
     config = profile_config(PROFILES, profile, config)
+    if workers is not None:
+        fan_out(
+            config.profile, workers=workers, data_loader=data_loader, config=config,
+            output=output, deadline=deadline,
+        )  # fmt: skip
     device = torch.device(paper.default_device())  # CUDA when present (or $DPCORE_DEVICE)
     data = tuple(part.to(device) for part in (data_loader or load_data)(config))
     with cpu_settings(config.threads):
@@ -345,7 +457,7 @@ def _compute(config: AccuracyConfig, data: Data, output: Output, deadline: float
         rows=rows,
         extra={
             "seeds": list(config.seeds),
-            "hardware": hardware_label(x_train.device),
+            "hardware": _hardware(runs, x_train.device),
             "torch": torch.__version__,
             "code_fingerprint": fingerprint,
             "wall_time_s": round(time.perf_counter() - wall, 1),

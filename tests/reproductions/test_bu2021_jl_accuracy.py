@@ -227,3 +227,35 @@ def test_interleaved_stop_leaves_every_run_at_the_same_epoch(
         r["test_accuracy"]
         for r in sorted(expected["rows"], key=lambda r: (r["method"], r["seed"], r["step"]))
     ]
+
+
+def test_fanned_out_runs_give_the_in_process_results(tmp_path: Path) -> None:
+    """Runs trained in spawned worker processes (as on a GPU shared by many runs) equal the
+    same runs trained here one after another, and the saved results name what trained them."""
+    full = dataclasses.replace(TINY, profile="full", checkpoint=True, seeds=(0,))
+    here, spread_out = Output.under(tmp_path / "here"), Output.under(tmp_path / "workers")
+    accuracy.compute("full", data_loader=_tiny_data, config=full, output=here)
+    reached = accuracy.fan_out(
+        "full", workers=2, data_loader=_tiny_data, config=full, output=spread_out
+    )
+    assert [(item["label"], item["done"]) for item in reached] == [
+        (label, True) for label, _, _ in accuracy.run_order(full)
+    ]
+    accuracy.compute("full", data_loader=_tiny_data, config=full, output=spread_out, deadline=0.0)
+    stem = accuracy.results_stem("full")
+    ours, theirs = here.load_results(stem), spread_out.load_results(stem)
+
+    def key(row: dict) -> tuple:
+        return row["method"], row["seed"], row["step"], row["test_accuracy"]
+
+    assert sorted(map(key, ours["rows"])) == sorted(map(key, theirs["rows"]))
+    assert "CPU, torch" in theirs["hardware"] and "2 runs at once" in theirs["hardware"]
+    assert ours["hardware"].endswith("CPU") and "runs at once" not in ours["hardware"]
+
+
+def test_fan_out_refuses_a_profile_without_a_run_store(tmp_path: Path) -> None:
+    with pytest.raises(InvalidParameterError, match="checkpoint"):
+        accuracy.fan_out("quick", workers=2, data_loader=_tiny_data, config=TINY)
+    full = dataclasses.replace(TINY, profile="full", checkpoint=True)
+    with pytest.raises(InvalidParameterError, match="workers"):
+        accuracy.fan_out("full", workers=0, data_loader=_tiny_data, config=full)
