@@ -279,9 +279,8 @@ def execute_job(job: RunJob) -> dict[str, Any]:
         torch.backends.cuda.matmul.allow_tf32 = False
     data = tuple(part.to(device) for part in (job.data_loader or load_data)(job.config))
     with cpu_settings(1):
-        hardware = (
-            f"{hardware_label(device)}, torch {torch.__version__}, {job.workers} runs at once"
-        )
+        at_once = f"{job.workers} run{'s' if job.workers > 1 else ''} at once"
+        hardware = f"{hardware_label(device)}, torch {torch.__version__}, {at_once}"
         state, _ = execute(
             job.config, job.label, job.r, job.seed, data, Path(job.store),  # type: ignore[arg-type]
             fingerprint=job.fingerprint, deadline=job.deadline, hardware=hardware,
