@@ -28,12 +28,19 @@ def profile_label(data: dict[str, Any]) -> str:
     """E.g. ``quick: 100 steps (0.43 epochs of 60), 2 seeds`` -- how far from the paper a run is."""
     config = data["config"]
     epochs = config["steps"] / data["steps_per_epoch"]
-    stopped = any(item.get("unfinished") for item in data["summary"].values())
-    reached = (
-        f", every run stopped at epoch {data['common_epoch']:g} (deadline)"
-        if stopped and data.get("common_epoch")
-        else ""
+    unfinished = sum(len(item.get("unfinished") or {}) for item in data["summary"].values())
+    runs = sum(
+        len(item.get("unfinished") or {}) + len(item.get("seeds_done") or [])
+        for item in data["summary"].values()
     )
+    reached = ""
+    if unfinished == runs and data.get("common_epoch"):
+        reached = f", every run stopped at epoch {data['common_epoch']:g} (deadline)"
+    elif unfinished and data.get("common_epoch"):
+        reached = (
+            f", {unfinished} of {runs} runs stopped by the deadline, every run reached epoch "
+            f"{data['common_epoch']:g}"
+        )
     return (
         f"{config['profile']}: {config['steps']} steps ({epochs:.2g} epochs of "
         f"{config['paper_epochs']}), {len(data['seeds'])} seeds{reached}"
@@ -178,6 +185,8 @@ def readme_table(data: dict[str, Any]) -> str:
         else:
             accuracy = "not finished"
         seconds = "n/a" if speed is None else f"{speed['mean']:.3f}"
+        if speed is not None and " + " in data["hardware"]:
+            seconds = "n/a (runs moved between machines)"
         lines.append(
             f"| {label} | {accuracy} | n/a "
             f"| {fmt_interval(item['privacy']['run'])} "

@@ -259,3 +259,21 @@ def test_fan_out_refuses_a_profile_without_a_run_store(tmp_path: Path) -> None:
     full = dataclasses.replace(TINY, profile="full", checkpoint=True)
     with pytest.raises(InvalidParameterError, match="workers"):
         accuracy.fan_out("full", workers=0, data_loader=_tiny_data, config=full)
+
+
+def test_a_run_moved_between_machines_is_labelled_so(tmp_path: Path) -> None:
+    """Some runs finished, others stopped; seconds per step are not quoted across machines."""
+    output = Output.under(tmp_path)
+    full = dataclasses.replace(TINY, profile="full", checkpoint=True, seeds=(0,))
+    accuracy.compute("full", data_loader=_tiny_data, config=full, output=output)
+    stem = accuracy.results_stem("full")
+    data = output.load_results(stem)
+    assert ", every run" not in accuracy.profile_label(data)
+    assert "n/a (runs" not in accuracy.readme_table(data)
+    data["summary"]["DP-SGD"]["unfinished"] = {"1": 1.5}
+    data["common_epoch"] = 1.5
+    data["hardware"] = "NVIDIA H100 (CUDA), 20 runs at once + 1 torch thread(s), CPU"
+    assert "1 of 3 runs stopped by the deadline, every run reached epoch 1.5" in (
+        accuracy.profile_label(data)
+    )
+    assert "n/a (runs moved between machines)" in accuracy.readme_table(data)
