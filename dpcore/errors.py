@@ -43,3 +43,16 @@ class UnsupportedEventError(DPCoreError, TypeError):
 
 class StateError(DPCoreError, ValueError):
     """Saved accountant state is malformed or belongs to another accountant."""
+
+
+class ResourceLimitError(InvalidParameterError):
+    """A computation the parameters ask for would exceed the memory (or time) it may use.
+
+    Raised *before* anything is allocated, naming the parameter that drives the size.
+
+    Example:
+        >>> raise ResourceLimitError("steps", "small enough for a 2 GiB grid (needs 7 EiB)", 10**18)
+        Traceback (most recent call last):
+        ...
+        dpcore.errors.ResourceLimitError: Expected steps small enough for a 2 GiB grid (needs 7 EiB), got 1000000000000000000.
+    """
