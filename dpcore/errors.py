@@ -51,8 +51,8 @@ class ResourceLimitError(InvalidParameterError):
     Raised *before* anything is allocated, naming the parameter that drives the size.
 
     Example:
-        >>> raise ResourceLimitError("steps", "small enough for a 2 GiB grid (needs 7 EiB)", 10**18)
+        >>> raise ResourceLimitError("steps", "below 2**27 points", 10**9)
         Traceback (most recent call last):
         ...
-        dpcore.errors.ResourceLimitError: Expected steps small enough for a 2 GiB grid (needs 7 EiB), got 1000000000000000000.
+        dpcore.errors.ResourceLimitError: Expected steps below 2**27 points, got 1000000000.
     """

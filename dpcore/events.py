@@ -48,9 +48,11 @@ class DpEvent:
 
     kind: ClassVar[str] = ""
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, register: bool = True, **kwargs: Any) -> None:
+        """Register the kind for :func:`event_from_dict`; ``register=False`` keeps an event
+        type (one defined for a test, say) out of the registry."""
         super().__init_subclass__(**kwargs)
-        if cls.kind:
+        if cls.kind and register:
             _EVENT_TYPES[cls.kind] = cls
 
     def to_dict(self) -> dict[str, Any]:

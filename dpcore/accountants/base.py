@@ -103,7 +103,9 @@ class PrivacyAccountant(abc.ABC):
     _registry: ClassVar[dict[Signature, str]] = {}
     _accountants: ClassVar[dict[str, type[PrivacyAccountant]]] = {}
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, register: bool = True, **kwargs: Any) -> None:
+        """Collect the handlers; ``register=False`` keeps the class out of the name registry
+        (:func:`accountant_class`, ``load``), e.g. an accountant defined for a test."""
         super().__init_subclass__(**kwargs)
         registry: dict[Signature, str] = {}
         for klass in reversed(cls.__mro__):
@@ -111,7 +113,7 @@ class PrivacyAccountant(abc.ABC):
                 for signature in getattr(member, "_dpcore_signatures", ()):
                     registry[signature] = attribute
         cls._registry = registry
-        if cls.name:
+        if cls.name and register:
             PrivacyAccountant._accountants[cls.name] = cls
 
     def __init__(self) -> None:

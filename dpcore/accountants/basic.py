@@ -23,6 +23,7 @@ returns the upper end of the final bracket, so the delta it returns certifies ep
 from __future__ import annotations
 
 import math
+import sys
 from collections import defaultdict
 from typing import cast
 
@@ -32,6 +33,7 @@ from dpcore.accountants.base import PrivacyAccountant, handles
 from dpcore.accountants.inversion import delta_for_epsilon
 from dpcore.events import EpsilonDeltaEvent, GaussianEvent, LaplaceEvent, PoissonSampledEvent
 from dpcore.mechanisms.gaussian import gaussian_epsilon
+from dpcore.mechanisms.noise_range import is_noiseless
 from dpcore.validation import check_delta_closed, check_non_negative, check_probability
 
 __all__ = ["BasicCompositionAccountant", "StepLedger", "amplify"]
@@ -139,7 +141,9 @@ class StepLedger(PrivacyAccountant):
         steps: list[Step] = []
         for (q, sigma), count in self._gaussian.items():
             step_delta = min(share / q, _MAX_STEP_DELTA)
-            if sigma == 0 or step_delta <= 0:  # no noise, or a share that underflowed to 0
+            # No noise, or a share in the subnormal range, where rounding can overspend the
+            # budget: such a step is not certified at all (epsilon inf, never an overspent delta).
+            if is_noiseless(sigma) or share < sys.float_info.min:
                 steps.append((math.inf, 0.0, count))
                 continue
             inner = gaussian_epsilon(noise_multiplier=sigma, delta=step_delta)

@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 from scipy import integrate
 
+from dpcore.mechanisms.noise_range import gaussian_rdp, is_huge, is_noiseless
+
 __all__ = ["log_moments"]
 
 
@@ -86,13 +88,18 @@ def log_moments(
 ) -> tuple[float, ...]:
     """alpha(lambda) for lambda = 1..max_lambda of one sampled Gaussian step (Abadi et al. §3.2).
 
-    Returns a tuple (cached per argument triple). q = 0 gives zeros, sigma = 0 gives inf.
+    Returns a tuple (cached per argument triple). q = 0 gives zeros, sigma = 0 gives inf; for
+    sigma outside the float range see :mod:`dpcore.mechanisms.noise_range`.
     """
     q, sigma = sampling_probability, noise_multiplier
     if q == 0:
         return (0.0,) * max_lambda
-    if sigma == 0:
+    if is_noiseless(sigma):
         return (math.inf,) * max_lambda
+    if is_huge(sigma):
+        # alpha(lambda) = lambda RDP(lambda + 1) <= lambda (lambda + 1) / (2 sigma^2), the
+        # Gaussian's own (Mironov 2017, Prop. 7; sampling never increases it).
+        return tuple(lam * gaussian_rdp(lam + 1.0, sigma) for lam in range(1, max_lambda + 1))
     log_norm = -0.5 * math.log(2 * math.pi * sigma**2)
     moments = []
     for lam in range(1, max_lambda + 1):

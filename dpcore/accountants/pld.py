@@ -27,8 +27,14 @@ from dpcore.events import (
     LaplaceEvent,
     PoissonSampledEvent,
 )
+from dpcore.mechanisms.noise_range import SIGMA_HUGE, is_huge, is_noiseless
 from dpcore.pld.loss_pmf import LossPmf, compose_many
-from dpcore.pld.pairs import epsilon_delta_pair, laplace_pair, subsampled_gaussian_pairs
+from dpcore.pld.pairs import (
+    LOSS_CAP,
+    epsilon_delta_pair,
+    laplace_pair,
+    subsampled_gaussian_pairs,
+)
 from dpcore.validation import check_delta, check_epsilon, check_positive
 
 __all__ = ["DeltaInterval", "EpsilonInterval", "PldAccountant"]
@@ -115,6 +121,10 @@ class PldAccountant(PrivacyAccountant):
         self._tolerance = check_positive("relative_tolerance", relative_tolerance)
         self._counts: dict[DpEvent, int] = {}
         self._non_private = False
+        #: log P[no noiseless step touches the example] = sum of count * log(1 - q).
+        self._log_untouched = 0.0
+        #: Some sigma above SIGMA_HUGE was replaced by it (valid for upper bounds only).
+        self._clamped = False
         self._cache: dict[float, list[_Direction]] = {}
         # The grid the last query settled on: later queries start there, so that
         # get_delta(get_epsilon(delta)) is answered on the same grid and returns <= delta.
@@ -127,9 +137,19 @@ class PldAccountant(PrivacyAccountant):
         }
 
     # ----------------------------------------------------------------- events
-    def _record(self, event: DpEvent, count: int, noiseless: bool) -> None:
+    def _record(
+        self, event: DpEvent, count: int, noiseless: bool, sampling_probability: float = 1.0
+    ) -> None:
         if noiseless:
+            # With probability 1 - (1 - q)^count such a step outputs the example's
+            # contribution without noise: privacy loss +inf.
             self._non_private = True
+            if count:
+                self._log_untouched += (
+                    -math.inf
+                    if sampling_probability >= 1
+                    else count * math.log1p(-sampling_probability)
+                )
             return
         self._counts[event] = self._counts.get(event, 0) + count
         self._cache.clear()
@@ -137,7 +157,13 @@ class PldAccountant(PrivacyAccountant):
 
     @handles((GaussianEvent,), (LaplaceEvent,))
     def _noise(self, event: GaussianEvent | LaplaceEvent, count: int) -> None:
-        self._record(event, count, event.noise_multiplier == 0)
+        noiseless = (
+            is_noiseless(event.noise_multiplier)
+            if isinstance(event, GaussianEvent)
+            else event.noise_multiplier == 0
+        )
+        self._clamped |= isinstance(event, GaussianEvent) and is_huge(event.noise_multiplier)
+        self._record(event, count, noiseless)
 
     @handles((PoissonSampledEvent, GaussianEvent))
     def _sampled_gaussian(self, event: PoissonSampledEvent, count: int) -> None:
@@ -145,7 +171,8 @@ class PldAccountant(PrivacyAccountant):
             return
         inner = event.event
         assert isinstance(inner, GaussianEvent)  # guaranteed by the registry signature
-        self._record(event, count, inner.noise_multiplier == 0)
+        self._clamped |= is_huge(inner.noise_multiplier)
+        self._record(event, count, is_noiseless(inner.noise_multiplier), event.sampling_probability)
 
     @handles((EpsilonDeltaEvent,))
     def _epsilon_delta(self, event: EpsilonDeltaEvent, count: int) -> None:
@@ -182,9 +209,9 @@ class PldAccountant(PrivacyAccountant):
     def _step_width(self, event: DpEvent) -> float:
         """Width of one step's loss grid."""
         if isinstance(event, EpsilonDeltaEvent):
-            return 2 * event.epsilon
+            return 2 * min(event.epsilon, LOSS_CAP)
         if isinstance(event, LaplaceEvent):
-            return 2 / event.noise_multiplier
+            return 2 * min(1 / event.noise_multiplier, LOSS_CAP)
         q, sigma = _gaussian_parameters(event)
         remove, _ = subsampled_gaussian_pairs(sampling_probability=q, noise_multiplier=sigma)
         return remove.high - remove.low
@@ -255,13 +282,16 @@ class PldAccountant(PrivacyAccountant):
             budget = delta - upper.error_mass
             uppers.append(upper.epsilon(budget) if budget > 0 else math.inf)
             lowers.append(lower.epsilon(min(delta + lower.error_mass, 1.0)))
-        return EpsilonInterval(max(lowers), max(uppers), delta, spacing)
+        # A clamped (smaller) sigma gives a pair that dominates the true one: upper bounds only.
+        return EpsilonInterval(0.0 if self._clamped else max(lowers), max(uppers), delta, spacing)
 
     def get_epsilon_interval(self, target_delta: float) -> EpsilonInterval:
         """Certified bracket of the epsilon of everything composed so far, at ``target_delta``."""
         target = check_delta("target_delta", target_delta)
         if self._non_private:
-            return EpsilonInterval(math.inf, math.inf, target, math.nan)
+            # delta(eps) >= P[a noiseless step touches the example] for every finite eps.
+            lower = math.inf if target < self._touched() else 0.0
+            return EpsilonInterval(lower, math.inf, target, math.nan)
         if not self._counts:
             return EpsilonInterval(0.0, 0.0, target, math.nan)
         spacing = self._start_spacing()
@@ -279,7 +309,7 @@ class PldAccountant(PrivacyAccountant):
         """Certified bracket of the delta of everything composed so far, at ``target_epsilon``."""
         epsilon = check_epsilon("target_epsilon", target_epsilon)
         if self._non_private:
-            return DeltaInterval(1.0, 1.0, epsilon, math.nan)
+            return DeltaInterval(self._touched(), 1.0, epsilon, math.nan)
         if not self._counts:
             return DeltaInterval(0.0, 0.0, epsilon, math.nan)
         spacing = self._start_spacing()
@@ -287,6 +317,7 @@ class PldAccountant(PrivacyAccountant):
             directions = self._composed(spacing)
             upper = max(min(1.0, u.delta(epsilon) + u.error_mass) for u, _ in directions)
             lower = max(max(0.0, o.delta(epsilon) - o.error_mass) for _, o in directions)
+            lower = 0.0 if self._clamped else lower
             interval = DeltaInterval(lower, upper, epsilon, spacing)
             finer = self._next_spacing(spacing, interval.relative_width)
             if finer is None or attempt == _MAX_REFINEMENTS:
@@ -294,6 +325,10 @@ class PldAccountant(PrivacyAccountant):
             spacing = finer
         self._settled = spacing
         return interval
+
+    def _touched(self) -> float:
+        """P[some noiseless step includes the example]: 1 - prod (1 - q)^count."""
+        return -math.expm1(self._log_untouched)
 
     def _epsilon(self, delta: float) -> float:
         return self.get_epsilon_interval(delta).upper
@@ -303,8 +338,13 @@ class PldAccountant(PrivacyAccountant):
 
 
 def _gaussian_parameters(event: DpEvent) -> tuple[float, float]:
-    """(q, sigma) of a Gaussian or Poisson-sampled Gaussian event (q = 1 when not sampled)."""
+    """(q, sigma) of a Gaussian or Poisson-sampled Gaussian event (q = 1 when not sampled).
+
+    A sigma above :data:`~dpcore.mechanisms.noise_range.SIGMA_HUGE` becomes SIGMA_HUGE: less
+    noise is less private (more noise is a post-processing), so the result still bounds epsilon
+    from above; the accountant then reports 0 as the lower bound.
+    """
     if isinstance(event, GaussianEvent):
-        return 1.0, event.noise_multiplier
+        return 1.0, min(event.noise_multiplier, SIGMA_HUGE)
     assert isinstance(event, PoissonSampledEvent) and isinstance(event.event, GaussianEvent)
-    return event.sampling_probability, event.event.noise_multiplier
+    return event.sampling_probability, min(event.event.noise_multiplier, SIGMA_HUGE)

@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 from scipy import special
 
+from dpcore.mechanisms.noise_range import gaussian_rdp, is_huge, is_noiseless
+
 __all__ = [
     "delta_from_rdp",
     "epsilon_from_rdp",
@@ -106,16 +108,18 @@ def subsampled_gaussian_rdp(
 
     RDP(a) = log(A_a) / (a - 1) (Mironov, Talwar, Zhang 2019, Thm 4 / Sec. 3.3); q = 1 is the
     Gaussian's a / (2 sigma^2) (Mironov 2017, Prop. 7); q = 0 gives 0; sigma = 0 gives inf.
+    Outside the float range of sigma, see :mod:`dpcore.mechanisms.noise_range`.
     """
     q, sigma = sampling_probability, noise_multiplier
     out = np.empty(len(orders))
     for index, order in enumerate(orders):
         if q == 0:
             out[index] = 0.0
-        elif sigma == 0 or math.isinf(order):
+        elif is_noiseless(sigma) or math.isinf(order):
             out[index] = math.inf
-        elif q == 1:
-            out[index] = order / (2 * sigma**2)
+        elif q == 1 or is_huge(sigma):
+            # Sampling never increases the RDP: for a huge sigma the Gaussian's own bounds it.
+            out[index] = gaussian_rdp(order, sigma)
         elif float(order).is_integer():
             out[index] = _log_a_integer(q, sigma, int(order)) / (order - 1)
         else:
@@ -214,8 +218,11 @@ def sampled_without_replacement_gaussian_rdp(
     if q == 0:
         out[:] = 0.0
         return out
-    if sigma == 0:
+    if is_noiseless(sigma):
         out[:] = math.inf
+        return out
+    if is_huge(sigma):
+        out[:] = [gaussian_rdp(order, sigma) for order in orders]  # sampling never increases it
         return out
     finite = [o for o in orders if math.isfinite(o)]
     top = min(_WOR_EXACT_LIMIT, math.ceil(max(finite, default=2))) + 2
@@ -231,7 +238,7 @@ def sampled_without_replacement_gaussian_rdp(
         if math.isinf(order):
             out[index] = math.inf
         elif q == 1:
-            out[index] = order / (2 * sigma**2)
+            out[index] = gaussian_rdp(order, sigma)
         elif float(order).is_integer():
             out[index] = log_a(int(order)) / (order - 1)
         else:
@@ -274,7 +281,7 @@ def pure_dp_rdp(*, epsilon: float, orders: np.ndarray) -> np.ndarray:
     every order, and RDP <= epsilon always (Mironov 2017, Prop. 3 and the D_inf bound).
     """
     orders = np.asarray(orders, dtype=float)
-    return np.minimum(epsilon, orders * epsilon**2 / 2)
+    return np.minimum(epsilon, orders * (epsilon * epsilon) / 2)  # epsilon**2 overflow raises
 
 
 def epsilon_from_rdp(
@@ -316,7 +323,7 @@ def delta_from_rdp(
         elif math.isinf(r):
             log_delta = 0.0
         else:
-            log_delta = 0.5 * math.log1p(-math.exp(-r))
+            log_delta = 0.5 * math.log(-math.expm1(-r))  # exp(-r) rounds to 1 for tiny r
             if a > 1.01:
                 log_delta = min(
                     log_delta, (a - 1) * (r - epsilon + math.log1p(-1 / a)) - math.log(a)

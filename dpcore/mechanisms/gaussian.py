@@ -68,6 +68,10 @@ def gdp_epsilon(*, mu: float, delta: float) -> float:
         return 0.0
     # delta(eps) <= Phi(-eps/mu + mu/2) gives an upper end for the bracket.
     upper = mu * (mu / 2 - float(special.ndtri(delta))) + 1.0
+    if not math.isfinite(upper):
+        # mu^2 / 2 overflows (mu > ~1.9e154, sigma < ~5e-155): the root exceeds the largest
+        # float, and IEEE rounding of such a value is inf.
+        return math.inf
     while _log_gdp_delta(mu, upper) > log_delta:  # pragma: no cover - defensive
         upper *= 2
     root = optimize.brentq(

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import fft, signal
 
-from dpcore.errors import InvalidParameterError
+from dpcore.errors import InvalidParameterError, ResourceLimitError
 from dpcore.validation import check_count, check_non_negative, check_positive
 
 __all__ = ["LossPmf", "compose_many", "garble_atoms", "split_atoms"]
@@ -25,6 +25,9 @@ __all__ = ["LossPmf", "compose_many", "garble_atoms", "split_atoms"]
 TAIL_MASS = 1e-18
 #: Floating-point allowance added to every composed PLD's error mass (sums of ~1e6 terms).
 FLOAT_ALLOWANCE = 1e-15
+#: Largest composed grid: 2^27 points, about 1 GiB per float64 array (a few such arrays at once).
+#: Larger compositions raise :class:`~dpcore.errors.ResourceLimitError` before allocating.
+MAX_COMPOSED_POINTS = 2**27
 _CHERNOFF_SPREAD = 2.0 ** np.arange(-12, 4)
 
 
@@ -328,6 +331,15 @@ def compose_many(parts: Sequence[tuple[LossPmf, int]]) -> LossPmf:
         lower = float(np.max((log_tail - down) / orders)) / h - base
         lo, hi = max(0, math.floor(lower)), min(full_hi, math.ceil(upper))
         tail = (2 * TAIL_MASS if (lo > 0 or hi < full_hi) else 0.0) * finite_total
+    if hi - lo + 1 > MAX_COMPOSED_POINTS:
+        steps = sum(n for _, n in parts)
+        raise ResourceLimitError(
+            "steps",
+            f"few enough that the composed PLD fits in {MAX_COMPOSED_POINTS:,} grid points of "
+            f"{h:g} (it needs {hi - lo + 1:.3g}); a coarser grid (value_discretization_"
+            "interval) or another accountant answers such compositions",
+            steps,
+        )
     size = fft.next_fast_len(hi - lo + 1, real=True)
     spectrum = np.ones(size // 2 + 1, dtype=complex)
     for pmf, n in parts:

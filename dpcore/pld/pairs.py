@@ -17,6 +17,7 @@ from scipy import special
 from dpcore.pld.loss_pmf import LossPmf, garble_atoms, split_atoms
 
 __all__ = [
+    "LOSS_CAP",
     "GridPair",
     "epsilon_delta_pair",
     "laplace_pair",
@@ -28,6 +29,10 @@ Cdfs = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarr
 
 #: Quantile (in standard deviations) beyond which Gaussian tails are left to the tail atoms.
 _TAIL_Z = 10.0
+#: Largest |loss| a grid spans. Above it P-mass goes to +inf in pessimistic grids (a split) and
+#: stays at the top grid loss in optimistic ones; e^{-loss} underflows there anyway, so only
+#: epsilons above ~700 or deltas below the mass beyond it are affected (made looser, never wrong).
+LOSS_CAP = 750.0
 #: Sub-cells per grid cell merged into atoms for the optimistic discretisation.
 _SUBCELLS = 4
 
@@ -83,7 +88,7 @@ def _mixture_threshold(loss: np.ndarray, q: float, sigma: float) -> np.ndarray:
         inner = np.expm1(np.minimum(loss, 30.0)) + q  # e^l - (1 - q), for moderate l
         # log(e^l - (1 - q)) = l + log1p(-(1 - q) e^{-l}): no overflow for large l.
         log_inner = np.where(loss > 30.0, loss + np.log1p(-(1 - q) * np.exp(-loss)), np.log(inner))
-        x = sigma**2 * (log_inner - math.log(q)) + 0.5
+        x = sigma * sigma * (log_inner - math.log(q)) + 0.5
     return np.where((loss > 30.0) | (inner > 0), x, -np.inf)
 
 
@@ -118,13 +123,15 @@ def subsampled_gaussian_pairs(
         return special.ndtr(-x / sigma), special.ndtr(x / sigma), q_le, q_gt
 
     def loss_at(x: float) -> float:
-        exponent = (2 * x - 1) / (2 * sigma**2)
+        exponent = (2 * x - 1) / (2 * sigma) / sigma
         if q == 1:
             return exponent
         return float(np.logaddexp(math.log1p(-q), math.log(q) + exponent))
 
-    high = loss_at(1 + _TAIL_Z * sigma)
-    low = loss_at(-_TAIL_Z * sigma)
+    # Losses beyond +-LOSS_CAP are left to the grids' end atoms (pessimistic: +inf; optimistic:
+    # the last grid loss), so a tiny sigma does not ask for a grid of 1 / sigma^2 points.
+    high = min(loss_at(1 + _TAIL_Z * sigma), LOSS_CAP)
+    low = max(loss_at(-_TAIL_Z * sigma), -LOSS_CAP)
     return GridPair(remove, low, high), GridPair(add, -high, -low)
 
 
@@ -146,7 +153,8 @@ def laplace_pair(*, noise_multiplier: float) -> GridPair:
         q_gt = np.where(below, 1.0, np.where(above, 0.0, q_gt))
         return p_le, 1 - p_le, 1 - q_gt, q_gt
 
-    return GridPair(cdfs, -1 / b - 1e-9, 1 / b + 1e-9)
+    reach = min(1 / b + 1e-9, LOSS_CAP)  # 1 / b is inf for subnormal b
+    return GridPair(cdfs, -reach, reach)
 
 
 def epsilon_delta_pair(
@@ -158,12 +166,13 @@ def epsilon_delta_pair(
     (1 - delta) / (1 + e^eps) on two outcomes with losses +eps and -eps (Kairouz, Oh, Viswanath
     2015, Thm 2.1; its tradeoff function is f_{eps, delta}).
     """
-    heavy = (1 - delta) / (1 + math.exp(-epsilon))
-    light = (1 - delta) / (1 + math.exp(epsilon))
+    heavy = (1 - delta) * float(special.expit(epsilon))  # e^eps / (1 + e^eps), no overflow
+    light = (1 - delta) * float(special.expit(-epsilon))
     p = np.array([heavy, light, delta])
     q = np.array([light, heavy, 0.0])
-    lo = math.floor(-epsilon / grid_spacing) - 1
-    hi = math.ceil(epsilon / grid_spacing) + 1
+    reach = min(epsilon, LOSS_CAP)  # beyond it: the end atoms (pessimistic +inf), see LOSS_CAP
+    lo = math.floor(-reach / grid_spacing) - 1
+    hi = math.ceil(reach / grid_spacing) + 1
     return (
         split_atoms(p_masses=p, q_masses=q, grid_spacing=grid_spacing, min_index=lo, max_index=hi),
         garble_atoms(p_masses=p, q_masses=q, grid_spacing=grid_spacing, min_index=lo, max_index=hi),

@@ -22,10 +22,11 @@ from dpcore.events import (
     LaplaceEvent,
     PoissonSampledEvent,
     SelfComposedEvent,
+    event_from_dict,
 )
 
 
-class CountingAccountant(PrivacyAccountant):
+class CountingAccountant(PrivacyAccountant, register=False):
     """Adds 1/sigma^2 per Gaussian step: enough to observe dispatch and flattening."""
 
     name = "counting_for_tests"
@@ -98,16 +99,32 @@ def test_state_round_trip_and_generic_loading() -> None:
     accountant = CountingAccountant().compose(GaussianEvent(2.0), 3)
     state = json.loads(accountant.to_json())
     assert state["accountant"] == "counting_for_tests" and state["format"] == 1
-    restored = PrivacyAccountant.from_state(state)
+    restored = CountingAccountant.from_state(state)
     assert isinstance(restored, CountingAccountant)
     assert restored.to_json() == accountant.to_json()
+
+
+def test_test_only_classes_stay_out_of_the_registries() -> None:
+    """Accountants and events defined with ``register=False`` (as here, for tests) are not found
+    by name, so they cannot leak into the CLI's or loader's lists."""
+    state = json.loads(CountingAccountant().to_json())
+    with pytest.raises(StateError, match="counting_for_tests"):
+        PrivacyAccountant.from_state(state)
+    with pytest.raises(InvalidParameterError, match="counting_for_tests"):
+        accountant_class("counting_for_tests")
+
+    class Hidden(GaussianEvent, register=False):
+        kind = "hidden_for_tests"
+
+    with pytest.raises(StateError, match="hidden_for_tests"):
+        event_from_dict({"type": "hidden_for_tests", "noise_multiplier": 1.0})
 
 
 def test_loading_state_of_another_accountant_fails() -> None:
     state = json.loads(CountingAccountant().to_json())
     state["accountant"] = "rdp"
 
-    class Other(CountingAccountant):
+    class Other(CountingAccountant, register=False):
         name = "other_for_tests"
 
     with pytest.raises(StateError, match="other_for_tests"):

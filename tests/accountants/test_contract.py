@@ -13,7 +13,7 @@ import dataclasses
 import json
 import math
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import ClassVar
 
 import pytest
@@ -24,7 +24,14 @@ from dpcore.accountants import ALL_ACCOUNTANT_NAMES, PrivacyAccountant, accounta
 from dpcore.accountants.pld import PldAccountant
 from dpcore.accountants.rdp import OrderGridEdgeWarning, RdpAccountant
 from dpcore.errors import InvalidParameterError, StateError, UnsupportedEventError
-from dpcore.events import DpEvent, GaussianEvent, dpsgd_event
+from dpcore.events import (
+    ComposedEvent,
+    DpEvent,
+    GaussianEvent,
+    PoissonSampledEvent,
+    SelfComposedEvent,
+    dpsgd_event,
+)
 
 ALL = [accountant_class(name) for name in ALL_ACCOUNTANT_NAMES]
 PROPERTY = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -36,7 +43,7 @@ deltas = st.sampled_from([1e-8, 1e-6, 1e-5, 1e-3])
 
 
 @dataclasses.dataclass(frozen=True)
-class MysteryEvent(DpEvent):
+class MysteryEvent(DpEvent, register=False):
     """An event no accountant knows."""
 
     kind: ClassVar[str] = "mystery_for_tests"
@@ -80,6 +87,29 @@ class TestContract:
         with pytest.raises(UnsupportedEventError, match="MysteryEvent"):
             accountant.compose(MysteryEvent())
         assert accountant.history == ()
+
+    @pytest.mark.parametrize(
+        "wrap",
+        [
+            lambda e: SelfComposedEvent(e, 3),
+            lambda e: ComposedEvent([GaussianEvent(1.0), e]),
+            lambda e: ComposedEvent([SelfComposedEvent(ComposedEvent([GaussianEvent(2.0), e]), 2)]),
+            lambda e: PoissonSampledEvent(0.1, e),
+            lambda e: SelfComposedEvent(PoissonSampledEvent(0.1, e), 10),
+        ],
+        ids=["self-composed", "composed", "deeply nested", "sampled", "sampled, self-composed"],
+    )
+    def test_unknown_event_nested_anywhere_is_refused(
+        self, cls: type[PrivacyAccountant], wrap: Callable[[DpEvent], DpEvent]
+    ) -> None:
+        """Refused as a whole, with nothing composed: never skipped, never half-added."""
+        accountant = cls()
+        event = wrap(MysteryEvent())
+        assert not accountant.supports(event)
+        with pytest.raises(UnsupportedEventError, match="MysteryEvent"):
+            accountant.compose(event)
+        assert accountant.history == ()
+        assert accountant.get_epsilon(1e-5) == 0.0
 
     def test_boundaries(self, cls: type[PrivacyAccountant]) -> None:
         assert _epsilon(cls, 0.0, 1.0, 100, 1e-5) == 0.0  # q = 0: nothing about anyone is used
