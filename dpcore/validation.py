@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import numbers
 
-from dpcore.errors import InvalidParameterError
+from dpcore.errors import InvalidParameterError, ResourceLimitError
 
 
 def _real(name: str, value: object, constraint: str) -> float:
@@ -77,3 +77,37 @@ def check_count(name: str, value: object, *, minimum: int = 0) -> int:
 def check_epsilon(name: str, value: object) -> float:
     """A privacy parameter epsilon >= 0 (finite)."""
     return check_non_negative(name, value)
+
+
+#: Largest array a single call may allocate, in bytes (checked before allocating).
+MEMORY_LIMIT_BYTES = 2 * 1024**3
+
+
+def _bytes_text(size: float) -> str:
+    for unit, scale in (("EiB", 1024**6), ("PiB", 1024**5), ("TiB", 1024**4), ("GiB", 1024**3)):
+        if size >= scale:
+            return f"{size / scale:.3g} {unit}" if math.isfinite(size) else "unbounded memory"
+    return f"{size / 1024**2:.3g} MiB"
+
+
+def check_allocation(
+    name: str, value: object, *, elements: float, item_bytes: int = 8, larger: bool = False
+) -> None:
+    """Refuse, before allocating, an array of ``elements`` items that ``value`` would need.
+
+    ``elements`` may be a float (even inf) computed from the parameters; anything above
+    :data:`MEMORY_LIMIT_BYTES` raises :class:`~dpcore.errors.ResourceLimitError` naming ``name``
+    (``larger=True`` for parameters such as a grid spacing whose *growth* shrinks the array).
+
+    >>> check_allocation("count", 10**18, elements=10**18)
+    Traceback (most recent call last):
+    ...
+    dpcore.errors.ResourceLimitError: Expected count small enough for 2 GiB (needs 6.94 EiB)...
+    """
+    needed = float(elements) * item_bytes
+    if not needed <= MEMORY_LIMIT_BYTES:
+        limit = _bytes_text(MEMORY_LIMIT_BYTES)
+        way = "large" if larger else "small"
+        raise ResourceLimitError(
+            name, f"{way} enough for {limit} (needs {_bytes_text(needed)})", value
+        )
