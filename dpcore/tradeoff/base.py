@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, overload
 import numpy as np
 
 from dpcore.errors import InvalidParameterError
-from dpcore.validation import check_count, check_delta, check_non_negative
+from dpcore.validation import check_allocation, check_count, check_delta, check_non_negative
 
 if TYPE_CHECKING:
     from dpcore.tradeoff.closed_forms import PiecewiseLinearTradeoff
@@ -142,8 +142,10 @@ class TradeoffFunction(abc.ABC):
 
         Raises:
             InvalidParameterError: ``count`` < 16.
+            ResourceLimitError: ``count`` too large for the memory limit.
         """
         count = check_count("count", count, minimum=16)
+        check_allocation("count", count, elements=4 * count)
         alpha = sample_grid(count)
         return alpha, self(alpha)
 

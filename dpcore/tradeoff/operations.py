@@ -14,10 +14,10 @@ import math
 import numpy as np
 
 from dpcore.errors import InvalidParameterError
-from dpcore.pld.loss_pmf import LossPmf, split_atoms
+from dpcore.pld.loss_pmf import TAIL_MASS, LossPmf, _chernoff_orders, _log_mgf, split_atoms
 from dpcore.tradeoff.base import TradeoffFunction, points_below
 from dpcore.tradeoff.closed_forms import IdentityTradeoff, PiecewiseLinearTradeoff
-from dpcore.validation import check_count, check_positive, check_probability
+from dpcore.validation import check_allocation, check_count, check_positive, check_probability
 
 __all__ = [
     "compose",
@@ -223,10 +223,14 @@ def compose(
 
     Raises:
         InvalidParameterError: ``grid_spacing`` not > 0, or f, g not tradeoff functions.
+        ResourceLimitError: ``grid_spacing`` so fine that the grids would not fit in memory.
     """
-    spacing = check_positive("grid_spacing", grid_spacing)
+    spacing = _check_spacing(grid_spacing, terms=2)
     first = _as_loss_pmf(_check_tradeoff(f), spacing)
-    return _from_pmf(first.compose(_as_loss_pmf(_check_tradeoff(g, "g"), spacing)))
+    second = _as_loss_pmf(_check_tradeoff(g, "g"), spacing)
+    window = _window([(first, 1), (second, 1)])
+    check_allocation("grid_spacing", grid_spacing, elements=window, item_bytes=16, larger=True)
+    return _from_pmf(first.compose(second))
 
 
 def self_compose(
@@ -236,10 +240,47 @@ def self_compose(
 
     Raises:
         InvalidParameterError: ``count`` not an integer >= 0, or ``grid_spacing`` not > 0.
+        ResourceLimitError: the composed grid would not fit in memory (``count`` too large for
+            ``grid_spacing``).
     """
     f = _check_tradeoff(f)
     count = check_count("count", count)
-    spacing = check_positive("grid_spacing", grid_spacing)
+    spacing = _check_spacing(grid_spacing, terms=1)
     if count == 0:
         return IdentityTradeoff()
-    return _from_pmf(_as_loss_pmf(f, spacing).self_compose(count))
+    pmf = _as_loss_pmf(f, spacing)
+    check_allocation("count", count, elements=_window([(pmf, count)]), item_bytes=16)
+    return _from_pmf(pmf.self_compose(count))
+
+
+def _check_spacing(grid_spacing: float, *, terms: int) -> float:
+    """grid_spacing > 0, coarse enough for ``terms`` grids over losses in [-40, 40]."""
+    spacing = check_positive("grid_spacing", grid_spacing)
+    points = 2 * _LOSS_RANGE / spacing + 3  # inf for subnormal spacings
+    check_allocation(
+        "grid_spacing", grid_spacing, elements=terms * points, item_bytes=16, larger=True
+    )
+    return spacing
+
+
+def _window(parts: list[tuple[LossPmf, int]]) -> float:
+    """Grid points of the FFT window :func:`~dpcore.pld.loss_pmf.compose_many` would use.
+
+    The exact support, or (beyond 2^16 points) the Chernoff window of ``compose_many`` for the
+    same tail mass; computed in floats so that huge counts cannot overflow.
+    """
+    parts = [(pmf, n) for pmf, n in parts if n]
+    if not parts or (len(parts) == 1 and parts[0][1] == 1):
+        return float(sum(pmf.pmf.size for pmf, _ in parts))
+    if any(float(pmf.pmf.sum()) <= 0 for pmf, _ in parts):
+        return 1.0
+    h = parts[0][0].grid_spacing
+    full = float(sum(n * (pmf.pmf.size - 1) for pmf, n in parts)) + 1
+    if full <= 2**16:
+        return full
+    orders = _chernoff_orders(parts)
+    up = np.array([sum(n * _log_mgf(pmf, t) for pmf, n in parts) for t in orders])
+    down = np.array([sum(n * _log_mgf(pmf, -t) for pmf, n in parts) for t in orders])
+    log_tail = math.log(TAIL_MASS)
+    width = float(np.min((up - log_tail) / orders) - np.max((log_tail - down) / orders)) / h
+    return min(full, width + 2)

@@ -18,6 +18,7 @@ from dpcore.tradeoff import (
     IdentityTradeoff,
     PiecewiseLinearTradeoff,
 )
+from dpcore.tradeoff.closed_forms import SMALL_MU
 
 GRID = np.linspace(0.0, 1.0, 801)
 
@@ -38,7 +39,10 @@ def test_gaussian_matches_mpmath(mu: float, alpha: float) -> None:
 @settings(max_examples=30, deadline=None)
 @given(st.floats(min_value=0.0, max_value=8.0), st.floats(min_value=0.0, max_value=10.0))
 def test_gaussian_delta_is_gdp_delta(mu: float, epsilon: float) -> None:
-    assert GaussianTradeoff(mu).delta(epsilon) == gdp_delta(mu=mu, epsilon=epsilon)
+    if mu >= SMALL_MU:
+        assert GaussianTradeoff(mu).delta(epsilon) == gdp_delta(mu=mu, epsilon=epsilon)
+    else:  # gdp_delta loses its precision there; an upper bound is returned instead
+        assert GaussianTradeoff(mu).delta(epsilon) >= gdp_delta(mu=mu, epsilon=epsilon)
 
 
 @settings(max_examples=30, deadline=None)
