@@ -22,6 +22,9 @@ risk J at the same lambda; the bias J(w*_lambda) - min_w J_0(w) is not included.
 
 from __future__ import annotations
 
+import math
+import sys
+
 from dpcore.erm.noise import analytic_gaussian_sigma
 from dpcore.erm.objective import check_regularisation
 from dpcore.erm.objective_perturbation import objective_perturbation_plan
@@ -29,6 +32,8 @@ from dpcore.erm.output_perturbation import minimiser_sensitivity
 from dpcore.validation import check_count, check_delta, check_non_negative, check_positive
 
 __all__ = ["objective_perturbation_excess_risk", "output_perturbation_excess_risk"]
+
+_LOG_LARGEST = math.log(sys.float_info.max)
 
 
 def output_perturbation_excess_risk(
@@ -56,13 +61,16 @@ def output_perturbation_excess_risk(
     eps = check_positive("epsilon", epsilon)
     sensitivity = minimiser_sensitivity(n=n, regularisation=lam, lipschitz=lipschitz)
     if delta is None:
-        second_moment = d * (d + 1) * (sensitivity / eps) ** 2
+        # log of d (d + 1) s^2 with s = 2L/(n lambda epsilon), from its factors (no overflow).
+        lip = check_positive("lipschitz", lipschitz)
+        log_scale = math.log(2 * lip) - math.log(n) - math.log(lam) - math.log(eps)
+        log_moment = math.log(d) + math.log(d + 1) + 2 * log_scale
     else:
         sigma = analytic_gaussian_sigma(
             sensitivity=sensitivity, epsilon=eps, delta=check_delta("delta", delta)
         )
-        second_moment = d * sigma**2
-    return 0.5 * (c + lam) * second_moment
+        log_moment = math.log(d) + 2 * math.log(sigma)
+    return _exp(math.log(0.5) + math.log(c + lam) + log_moment)
 
 
 def objective_perturbation_excess_risk(
@@ -90,5 +98,22 @@ def objective_perturbation_excess_risk(
     )
     norm = check_non_negative("optimum_norm", optimum_norm)
     mu = regularisation + plan.extra_regularisation
-    noise_part = d * (d + 1) * plan.noise_scale**2 / (2 * n**2 * mu)
-    return noise_part + 0.5 * plan.extra_regularisation * norm**2
+    noise_part = _exp(
+        math.log(d)
+        + math.log(d + 1)
+        + 2 * math.log(plan.noise_scale)
+        - math.log(2)
+        - 2 * math.log(n)
+        - math.log(mu)
+    )
+    bias_part = (
+        _exp(math.log(0.5 * plan.extra_regularisation) + 2 * math.log(norm))
+        if (plan.extra_regularisation > 0 and norm > 0)
+        else 0.0
+    )
+    return noise_part + bias_part
+
+
+def _exp(log_value: float) -> float:
+    """e^log_value, inf beyond the float range (an upper bound stays an upper bound)."""
+    return math.exp(log_value) if log_value < _LOG_LARGEST else math.inf

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import math
 
 import numpy as np
 from scipy import special
 
+from dpcore.errors import InvalidParameterError
 from dpcore.validation import check_positive
 
 __all__ = ["HuberLoss", "LogisticLoss", "MarginLoss"]
@@ -83,6 +85,8 @@ class HuberLoss(MarginLoss):
 
     def __init__(self, *, h: float = 0.5) -> None:
         width = check_positive("h", h)
+        if not math.isfinite(1.0 / (2.0 * width)):
+            raise InvalidParameterError("h", "large enough that 1/(2h) is finite", h)
         object.__setattr__(self, "h", width)
         object.__setattr__(self, "name", f"huber(h={width:g})")
         object.__setattr__(self, "lipschitz", 1.0)
@@ -90,7 +94,8 @@ class HuberLoss(MarginLoss):
 
     def value(self, margins: FloatArray) -> FloatArray:
         z = np.asarray(margins, dtype=float)
-        quadratic = (1.0 + self.h - z) ** 2 / (4.0 * self.h)
+        # (1 + h - z) * ((1 + h - z) / 4h): no overflow of the square for huge h.
+        quadratic = (1.0 + self.h - z) * ((1.0 + self.h - z) / (4.0 * self.h))
         return np.where(z > 1 + self.h, 0.0, np.where(z < 1 - self.h, 1.0 - z, quadratic))
 
     def derivative(self, margins: FloatArray) -> FloatArray:

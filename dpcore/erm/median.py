@@ -20,15 +20,19 @@ from __future__ import annotations
 import numpy as np
 
 from dpcore.erm.noise import sample_norm_laplace
+from dpcore.erm.objective import check_rng
 from dpcore.erm.objective_perturbation import objective_perturbation_plan
 from dpcore.errors import InvalidParameterError
-from dpcore.validation import check_count, check_positive
+from dpcore.validation import check_allocation, check_count, check_positive
 
 __all__ = ["naive_median_release", "smooth_median_release"]
 
 
 def _data(data: object) -> np.ndarray:
-    values = np.asarray(data, dtype=float)
+    try:
+        values = np.asarray(data, dtype=float)
+    except (TypeError, ValueError):
+        raise InvalidParameterError("data", "to be an array of real numbers", data) from None
     if values.ndim != 1 or values.size == 0 or not np.all(np.isfinite(values)):
         raise InvalidParameterError("data", "to be a non-empty 1-D array of finite values", data)
     return values
@@ -53,7 +57,13 @@ def naive_median_release(
     if np.max(np.abs(x)) >= radius:
         raise InvalidParameterError("domain_radius", f"> max |x_i| = {np.max(np.abs(x))}", radius)
     count = check_count("size", size, minimum=1)
-    b = sample_norm_laplace(1, scale=2.0 / eps, rng=rng, size=count)[:, 0]
+    check_rng(rng)
+    check_allocation("data", x.size, elements=float(x.size + 2) * x.size)
+    check_allocation("size", count, elements=float(count) * (x.size + 2))
+    scale = 2.0 / eps
+    if not np.isfinite(scale):
+        raise InvalidParameterError("epsilon", "large enough for a finite noise scale", eps)
+    b = sample_norm_laplace(1, scale=scale, rng=rng, size=count)[:, 0]
     # A convex piecewise-linear function on [-R, R] attains its minimum at a breakpoint.
     candidates = np.concatenate([x, [-radius, radius]])
     data_term = np.abs(candidates[:, None] - x[None, :]).mean(axis=1)
@@ -79,7 +89,11 @@ def smooth_median_release(
     x = _data(data)
     lam = check_positive("regularisation", regularisation)
     h = check_positive("huber_width", huber_width)
+    if not np.isfinite(1.0 / h):
+        raise InvalidParameterError("huber_width", "large enough that 1/h is finite", h)
     count = check_count("size", size, minimum=1)
+    check_rng(rng)
+    check_allocation("size", count, elements=float(count) * x.size)
     plan = objective_perturbation_plan(
         epsilon=epsilon, n=x.size, regularisation=lam, smoothness=1.0 / h
     )

@@ -45,9 +45,45 @@ def scale_rows(features: np.ndarray) -> np.ndarray:
     >>> scale_rows(np.array([[3.0, 4.0], [0.3, 0.4]])).tolist()
     [[0.6, 0.8], [0.3, 0.4]]
     """
-    x = np.asarray(features, dtype=float)
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    x = _float_array("features", features)
+    if x.ndim != 2:
+        raise InvalidParameterError("features", "to be a 2-D array", x.shape)
+    norms = row_norms(x)[:, None]
     return np.asarray(x / np.maximum(norms, 1.0), dtype=float)
+
+
+def row_norms(x: np.ndarray) -> np.ndarray:
+    """Euclidean norms of the rows of a 2-D array, without overflow or underflow.
+
+    Each row is divided by its largest |entry| first, so rows of 1e300s (whose squares overflow)
+    and of subnormals (whose squares vanish) get their norms right; NaN/inf propagate.
+    """
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        top = np.max(np.abs(x), axis=1, initial=0.0)
+        safe = np.where((top > 0) & np.isfinite(top), top, 1.0)
+        norms = safe * np.linalg.norm(x / safe[:, None], axis=1)
+    return np.asarray(np.where(np.isfinite(top), norms, top), dtype=float)
+
+
+def _float_array(name: str, values: object) -> np.ndarray:
+    try:
+        return np.asarray(values, dtype=float)
+    except (TypeError, ValueError):
+        raise InvalidParameterError(name, "to be an array of real numbers", values) from None
+
+
+def check_loss(loss: object) -> MarginLoss:
+    """A :class:`~dpcore.erm.losses.MarginLoss` (its constants enter the privacy analysis)."""
+    if not isinstance(loss, MarginLoss):
+        raise InvalidParameterError("loss", "to be a MarginLoss", loss)
+    return loss
+
+
+def check_rng(rng: object) -> np.random.Generator:
+    """A ``numpy.random.Generator``, the only source of noise the mechanisms accept."""
+    if not isinstance(rng, np.random.Generator):
+        raise InvalidParameterError("rng", "to be a numpy.random.Generator", rng)
+    return rng
 
 
 def check_dataset(features: object, labels: object) -> tuple[np.ndarray, np.ndarray]:
@@ -56,8 +92,8 @@ def check_dataset(features: object, labels: object) -> tuple[np.ndarray, np.ndar
     The norm bound is a hypothesis of every theorem used here (CMS 2011, §2); rows violating it
     are rejected, naming the first such row (use :func:`scale_rows` beforehand).
     """
-    x = np.asarray(features, dtype=float)
-    y = np.asarray(labels, dtype=float)
+    x = _float_array("features", features)
+    y = _float_array("labels", labels)
     if x.ndim != 2 or x.shape[0] == 0 or x.shape[1] == 0:
         raise InvalidParameterError("features", "to be a non-empty 2-D array", x.shape)
     if y.shape != (x.shape[0],):
@@ -66,7 +102,7 @@ def check_dataset(features: object, labels: object) -> tuple[np.ndarray, np.ndar
         raise InvalidParameterError("features", "to be finite", "NaN or inf")
     if not np.all((y == 1.0) | (y == -1.0)):
         raise InvalidParameterError("labels", "to be -1 or +1", sorted(set(y.tolist()))[:5])
-    norms = np.linalg.norm(x, axis=1)
+    norms = row_norms(x)
     bad = np.flatnonzero(norms > 1.0 + NORM_SLACK)
     if bad.size:
         row = int(bad[0])

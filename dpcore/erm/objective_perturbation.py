@@ -27,7 +27,13 @@ import numpy as np
 
 from dpcore.erm.losses import MarginLoss
 from dpcore.erm.noise import sample_norm_laplace
-from dpcore.erm.objective import check_dataset, check_regularisation, minimise
+from dpcore.erm.objective import (
+    check_dataset,
+    check_loss,
+    check_regularisation,
+    check_rng,
+    minimise,
+)
 from dpcore.erm.release import PrivateModel
 from dpcore.errors import InvalidParameterError
 from dpcore.validation import check_count, check_non_negative, check_positive
@@ -67,13 +73,22 @@ def objective_perturbation_plan(
     count = check_count("n", n, minimum=1)
     lam = check_regularisation(regularisation)
     c = check_non_negative("smoothness", smoothness)
-    ratio = c / (count * lam)
-    noise_epsilon = eps - math.log1p(2 * ratio + ratio**2)
+    with np.errstate(over="ignore"):
+        ratio = float(np.float64(c) / (np.float64(count) * np.float64(lam)))
+    # log(1 + 2r + r^2) = 2 log(1 + r): no overflow of r^2.
+    noise_epsilon = eps - 2 * math.log1p(ratio)
     extra = 0.0
     if noise_epsilon <= 0:
-        extra = c / (count * math.expm1(eps / 4)) - lam
+        with np.errstate(over="ignore", divide="ignore"):
+            growth = np.expm1(np.float64(eps) / 4)
+            extra = float(np.float64(c) / (np.float64(count) * np.float64(growth))) - lam
         noise_epsilon = eps / 2
-    return ObjectivePerturbationPlan(eps, noise_epsilon, max(extra, 0.0), 2.0 / noise_epsilon)
+    scale = 2.0 / noise_epsilon if noise_epsilon > 0 else math.inf
+    if not (math.isfinite(scale) and math.isfinite(extra)):
+        raise InvalidParameterError(
+            "epsilon", "large enough that the noise scale 2/epsilon' and Delta are finite", eps
+        )
+    return ObjectivePerturbationPlan(eps, noise_epsilon, max(extra, 0.0), scale)
 
 
 def objective_perturbation(
@@ -105,6 +120,8 @@ def objective_perturbation(
     """
     x, y = check_dataset(features, labels)
     lam = check_regularisation(regularisation)
+    check_loss(loss)
+    check_rng(rng)
     if loss.lipschitz > 1.0:
         raise InvalidParameterError("loss.lipschitz", "<= 1 (CMS Thm 9)", loss.lipschitz)
     n, d = x.shape

@@ -17,11 +17,19 @@ argument (CMS 2011, Cor. 11), stated rather than hidden.
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 
 from dpcore.erm.losses import MarginLoss
-from dpcore.erm.objective import check_dataset, check_regularisation, minimise
+from dpcore.erm.noise import finite_noise
+from dpcore.erm.objective import (
+    check_dataset,
+    check_loss,
+    check_regularisation,
+    check_rng,
+    minimise,
+)
 from dpcore.erm.release import PrivateModel
 from dpcore.errors import InvalidParameterError
 from dpcore.validation import check_delta, check_positive
@@ -38,7 +46,15 @@ def gaussian_objective_noise(*, epsilon: float, delta: float, lipschitz: float =
     eps = check_positive("epsilon", epsilon)
     dlt = check_delta("delta", delta)
     zeta = check_positive("lipschitz", lipschitz)
-    return zeta * math.sqrt(8 * math.log(2 / dlt) + 4 * eps) / eps
+    # log(2) - log(delta): 2 / delta overflows for subnormal delta.
+    sigma = zeta * math.sqrt(8 * (math.log(2) - math.log(dlt)) + 4 * eps) / eps
+    if sigma < sys.float_info.min:  # coarse or 0 below the normal range: round up
+        sigma = math.nextafter(sigma, math.inf)
+    if not math.isfinite(sigma):
+        raise InvalidParameterError(
+            "epsilon", f"large enough for a finite noise scale (lipschitz {zeta!r})", eps
+        )
+    return sigma
 
 
 def objective_perturbation_gaussian(
@@ -72,6 +88,8 @@ def objective_perturbation_gaussian(
     """
     x, y = check_dataset(features, labels)
     lam = check_regularisation(regularisation)
+    check_loss(loss)
+    check_rng(rng)
     if loss.lipschitz > 1.0:
         raise InvalidParameterError(
             "loss.lipschitz", "<= 1 (KST 2012 Thm 2 with zeta = 1)", loss.lipschitz
@@ -80,7 +98,11 @@ def objective_perturbation_gaussian(
     sigma = gaussian_objective_noise(epsilon=epsilon, delta=delta, lipschitz=1.0)
     big_delta = 2 * loss.smoothness / epsilon  # the smallest Delta KST Thm 2 allows
     extra = big_delta / n
-    noise: np.ndarray = sigma * rng.standard_normal(size=(d,))
+    if not math.isfinite(lam + extra):
+        raise InvalidParameterError(
+            "epsilon", "large enough for a finite Delta = 2 c / epsilon (KST Thm 2)", epsilon
+        )
+    noise: np.ndarray = finite_noise(sigma * rng.standard_normal(size=(d,)), epsilon)
     weights = minimise(x, y, loss=loss, regularisation=lam + extra, linear_term=noise)
     return PrivateModel(
         weights=weights,

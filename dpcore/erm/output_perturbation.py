@@ -11,12 +11,22 @@ that sensitivity (Balle & Wang 2018), (epsilon, delta)-DP for every epsilon > 0.
 
 from __future__ import annotations
 
+import math
+import sys
+
 import numpy as np
 
 from dpcore.erm.losses import MarginLoss
-from dpcore.erm.noise import analytic_gaussian_sigma, sample_norm_laplace
-from dpcore.erm.objective import check_dataset, check_regularisation, minimise
+from dpcore.erm.noise import analytic_gaussian_sigma, finite_noise, sample_norm_laplace
+from dpcore.erm.objective import (
+    check_dataset,
+    check_loss,
+    check_regularisation,
+    check_rng,
+    minimise,
+)
 from dpcore.erm.release import PrivateModel
+from dpcore.errors import InvalidParameterError
 from dpcore.validation import check_count, check_delta, check_positive
 
 __all__ = ["minimiser_sensitivity", "output_perturbation"]
@@ -31,7 +41,12 @@ def minimiser_sensitivity(*, n: int, regularisation: float, lipschitz: float = 1
     count = check_count("n", n, minimum=1)
     lam = check_regularisation(regularisation)
     lip = check_positive("lipschitz", lipschitz)
-    return 2.0 * lip / (count * lam)
+    # In numpy floats: overflow gives inf (a valid, if useless, bound), never an exception.
+    # Divided one factor at a time (n lambda alone can overflow); rounded up below the normal
+    # range, so that a sensitivity is never rounded to 0 (no noise).
+    with np.errstate(over="ignore", under="ignore"):
+        value = float(np.float64(lip) / np.float64(count) / np.float64(lam) * 2.0)
+    return value if value >= sys.float_info.min else math.nextafter(value, math.inf)
 
 
 def output_perturbation(
@@ -67,17 +82,28 @@ def output_perturbation(
     x, y = check_dataset(features, labels)
     lam = check_regularisation(regularisation)
     eps = check_positive("epsilon", epsilon)
+    check_loss(loss)
+    check_rng(rng)
+    dlt = 0.0 if delta is None else check_delta("delta", delta)
     n, d = x.shape
     sensitivity = minimiser_sensitivity(n=n, regularisation=lam, lipschitz=loss.lipschitz)
+    if delta is None:
+        with np.errstate(over="ignore"):
+            scale = float(np.float64(sensitivity) / np.float64(eps))
+        if scale < sys.float_info.min:  # coarse or 0 below the normal range: round up
+            scale = math.nextafter(scale, math.inf)
+        if not math.isfinite(scale):
+            raise InvalidParameterError(
+                "epsilon", "large enough for a finite noise scale 2L/(n lambda epsilon)", eps
+            )
+    else:
+        scale = analytic_gaussian_sigma(sensitivity=sensitivity, epsilon=eps, delta=dlt)
     optimum = minimise(x, y, loss=loss, regularisation=lam)
     if delta is None:
-        scale = sensitivity / eps
         noise = sample_norm_laplace(d, scale=scale, rng=rng)
-        mechanism, theorem, dlt = "output_perturbation_laplace", "CMS 2011 Alg. 1, Thm 6", 0.0
+        mechanism, theorem = "output_perturbation_laplace", "CMS 2011 Alg. 1, Thm 6"
     else:
-        dlt = check_delta("delta", delta)
-        scale = analytic_gaussian_sigma(sensitivity=sensitivity, epsilon=eps, delta=dlt)
-        noise = np.asarray(scale * rng.standard_normal(d))
+        noise = finite_noise(np.asarray(scale * rng.standard_normal(d)), eps)
         mechanism = "output_perturbation_gaussian"
         theorem = "CMS 2011 Cor. 8 sensitivity + Balle & Wang 2018 Thm 8"
     return PrivateModel(
