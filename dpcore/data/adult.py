@@ -133,17 +133,22 @@ def unit_rows(features: np.ndarray) -> np.ndarray:
 
 
 def _unit_rows(features: np.ndarray, name: str) -> np.ndarray:
-    array = np.asarray(features, dtype=np.float64)
+    try:
+        array = np.asarray(features, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InvalidParameterError(name, "a 2-D array of real numbers", features) from None
     if array.ndim != 2:
         raise InvalidParameterError(name, "a 2-D array (rows of features)", array.shape)
     if not np.all(np.isfinite(array)):
         bad = np.flatnonzero(~np.all(np.isfinite(array), axis=1))
         raise InvalidParameterError(name, "finite rows; not finite: rows", bad[:5].tolist())
-    norms = np.linalg.norm(array, axis=1, keepdims=True)
-    zero = np.flatnonzero(norms[:, 0] == 0)
+    # Scaled by each row's largest |entry| first: squares of 1e300 overflow, of 1e-200 vanish.
+    top = np.max(np.abs(array), axis=1, keepdims=True, initial=0.0)
+    zero = np.flatnonzero(top[:, 0] == 0)
     if zero.size:
         raise InvalidParameterError(name, "rows of non-zero norm; norm 0: rows", zero[:5].tolist())
-    result: np.ndarray = array / norms
+    scaled = array / top
+    result: np.ndarray = scaled / np.linalg.norm(scaled, axis=1, keepdims=True)
     return result
 
 

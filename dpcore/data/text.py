@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
 from dpcore.errors import InvalidParameterError
+from dpcore.validation import check_allocation
 
 __all__ = ["OOV", "PAD", "Vocabulary", "build_vocabulary", "encode", "imdb_sequences", "tokenize"]
 
@@ -34,7 +35,19 @@ def tokenize(text: str) -> list[str]:
         >>> tokenize("A <br />great film -- isn't it? 10/10")
         ['a', 'great', 'film', "isn't", 'it', '10', '10']
     """
+    if not isinstance(text, str):
+        raise InvalidParameterError("text", "a str", type(text).__name__)
     return _WORD.findall(_TAG.sub(" ", text.lower()))
+
+
+def _texts(texts: Iterable[str]) -> list[str]:
+    if isinstance(texts, (str, bytes)) or not isinstance(texts, Iterable):
+        raise InvalidParameterError("texts", "an iterable of str", type(texts).__name__)
+    items = list(texts)
+    for index, text in enumerate(items):
+        if not isinstance(text, str):
+            raise InvalidParameterError(f"texts[{index}]", "a str", type(text).__name__)
+    return items
 
 
 class Vocabulary(dict[str, int]):
@@ -56,6 +69,7 @@ def build_vocabulary(texts: Iterable[str], vocab_size: int) -> Vocabulary:
     """
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 3:
         raise InvalidParameterError("vocab_size", "an integer >= 3", vocab_size)
+    texts = _texts(texts)
     counts = Counter(word for text in texts for word in tokenize(text))
     ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[: vocab_size - 2]
     return Vocabulary({word: index + 2 for index, (word, _) in enumerate(ranked)})
@@ -70,6 +84,10 @@ def encode(texts: Sequence[str], vocabulary: Vocabulary, length: int) -> np.ndar
     """
     if isinstance(length, bool) or not isinstance(length, int) or length < 1:
         raise InvalidParameterError("length", "an integer >= 1", length)
+    texts = _texts(texts)
+    if not isinstance(vocabulary, Mapping):
+        raise InvalidParameterError("vocabulary", "a mapping word -> id", type(vocabulary).__name__)
+    check_allocation("length", length, elements=float(len(texts)) * length)
     out = np.zeros((len(texts), length), dtype=np.int64)
     for row, text in enumerate(texts):
         ids = [vocabulary.get(word, OOV) for word in tokenize(text)][-length:]
