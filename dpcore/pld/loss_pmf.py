@@ -331,6 +331,11 @@ def compose_many(parts: Sequence[tuple[LossPmf, int]]) -> LossPmf:
         lower = float(np.max((log_tail - down) / orders)) / h - base
         lo, hi = max(0, math.floor(lower)), min(full_hi, math.ceil(upper))
         tail = (2 * TAIL_MASS if (lo > 0 or hi < full_hi) else 0.0) * finite_total
+        if hi < lo:
+            # The two tail bounds overlap (huge counts, where n * log E[e^{tL}] has lost its
+            # precision): no window is certified, so all the finite mass is counted as error,
+            # added to delta for upper bounds and taken from it for lower bounds.
+            return LossPmf(h, 0, np.zeros(1), infinity, error + finite_total)
     if hi - lo + 1 > MAX_COMPOSED_POINTS:
         steps = sum(n for _, n in parts)
         raise ResourceLimitError(

@@ -11,6 +11,7 @@ differ only in their engine (:class:`~dpcore.torch.per_example.jl.JLEngine`).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -19,6 +20,11 @@ from dpcore.errors import InvalidParameterError
 from dpcore.torch.noise import NoiseSource, SeededGaussianNoise
 from dpcore.torch.per_example.base import ClippedBatch, PerExampleEngine
 from dpcore.validation import check_positive
+
+#: The noise standard deviation must be this far below the largest value of the parameters'
+#: dtype (3.4e38 for float32): a sum of a lot's clipped gradients and a few standard deviations
+#: of noise then stays finite.
+_NOISE_HEADROOM = 1e6
 
 __all__ = ["DPOptimizer"]
 
@@ -67,6 +73,16 @@ class DPOptimizer:
         self.optimizer = optimizer
         self.engine = engine
         self.noise: NoiseSource = noise if noise is not None else SeededGaussianNoise()
+        ranges = [torch.finfo(p.dtype).max for p in trainable if p.is_floating_point()]
+        limit = min(ranges, default=math.inf) / _NOISE_HEADROOM
+        if not self.noise_std <= limit:
+            raise InvalidParameterError(
+                "noise_multiplier",
+                f"times max_grad_norm (the noise standard deviation) <= {limit:.3g}, "
+                f"{_NOISE_HEADROOM:g} below the largest value of the parameters' dtype, so that "
+                "noisy sums stay finite",
+                f"{self.noise_multiplier!r} * {self.engine.max_grad_norm!r} = {self.noise_std!r}",
+            )
 
     @property
     def noise_std(self) -> float:

@@ -14,6 +14,7 @@ Both samplers are seeded by a ``torch.Generator`` and resumable mid-epoch from
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -34,6 +35,8 @@ def _generator(seed: int | None) -> tuple[torch.Generator, int]:
     if seed is None:
         seed = int.from_bytes(os.urandom(8), "little") >> 1
     seed = check_count("seed", seed)
+    if seed >= 2**63:  # torch's generators take a signed 64-bit seed
+        raise InvalidParameterError("seed", "< 2**63", seed)
     generator = torch.Generator()
     generator.manual_seed(seed)
     return generator, seed
@@ -122,7 +125,9 @@ class PoissonSampler(_Sampler):
 
     @property
     def steps_per_epoch(self) -> int:
-        return max(1, round(1 / self.sampling_probability))
+        """round(1 / q) lots per epoch (at least 1; saturating at ``sys.maxsize`` for tiny q)."""
+        lots = 1 / self.sampling_probability  # inf for a subnormal q
+        return max(1, sys.maxsize if lots >= sys.maxsize else round(lots))
 
     def sample(self) -> torch.Tensor:
         draws = torch.rand(self.dataset_size, generator=self.generator, dtype=torch.float64)

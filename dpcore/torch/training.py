@@ -19,7 +19,7 @@ from torch import nn
 
 from dpcore.accountants import accountant_class
 from dpcore.atomic import atomic_path
-from dpcore.errors import InvalidParameterError, StateError, UnsupportedEventError
+from dpcore.errors import DPCoreError, InvalidParameterError, StateError, UnsupportedEventError
 from dpcore.torch.batches import Batch, batch_size, take
 from dpcore.torch.engines import make_engine
 from dpcore.torch.ledger import PrivacyLedger, training_statement, write_statement
@@ -55,6 +55,17 @@ class StepResult:
     lot_size: int
     loss: float
     accuracy: float
+
+
+def _check_lr(model: nn.Module, lr: float) -> None:
+    """lr > 0 and finite in the parameters' dtype (torch's optimizers refuse it otherwise)."""
+    check_positive("lr", lr)
+    dtypes = [p.dtype for p in model.parameters() if p.is_floating_point()]
+    limit = min((torch.finfo(dtype).max for dtype in dtypes), default=math.inf)
+    if lr > limit:
+        raise InvalidParameterError(
+            "lr", f"<= {limit:.3g}, the largest value of the parameters' dtype", lr
+        )
 
 
 def _trainable(model: nn.Module) -> list[nn.Parameter]:
@@ -156,7 +167,7 @@ class DPTrainer:
         cls, model: nn.Module, *, lr: float, momentum: float = 0.0, **kwargs: Any
     ) -> DPTrainer:
         """DP-SGD (Abadi et al. 2016, Alg. 1); DP-SGD-JL with ``engine="jl", jl_dimension=r``."""
-        check_positive("lr", lr)
+        _check_lr(model, lr)
         optimizer = torch.optim.SGD(_trainable(model), lr=lr, momentum=momentum)
         return cls(model, optimizer=optimizer, **kwargs)
 
@@ -170,7 +181,7 @@ class DPTrainer:
         **kwargs: Any,
     ) -> DPTrainer:
         """DP-Adam: Adam's update of the noisy gradient (post-processing); -JL as for DP-SGD."""
-        check_positive("lr", lr)
+        _check_lr(model, lr)
         optimizer = torch.optim.Adam(_trainable(model), lr=lr, betas=betas)
         return cls(model, optimizer=optimizer, **kwargs)
 
@@ -315,6 +326,11 @@ class DPTrainer:
             torch.set_rng_state(state["torch_rng"])
         except KeyError as missing:
             raise StateError(f"Checkpoint lacks {missing}.") from None
+        except (RuntimeError, TypeError, ValueError, AttributeError) as error:
+            if isinstance(error, DPCoreError):
+                raise
+            # torch's own refusals of mismatched state (keys, shapes, generator state sizes)
+            raise StateError(f"Checkpoint does not fit this trainer: {error}") from None
         self.ledger = ledger
 
     def save_checkpoint(self, path: str | Path) -> None:
@@ -323,5 +339,20 @@ class DPTrainer:
             torch.save(self.state_dict(), temporary)
 
     def load_checkpoint(self, path: str | Path) -> None:
-        """Resume from a file written by :meth:`save_checkpoint`."""
-        self.load_state_dict(torch.load(Path(path), weights_only=True))
+        """Resume from a file written by :meth:`save_checkpoint`, on any device.
+
+        Tensors are read onto the CPU first (a checkpoint written on a GPU resumes on a machine
+        without one); the model and optimizer copy them to their own devices. A file that is not
+        such a checkpoint (truncated, another format, other keys or shapes) raises
+        :class:`~dpcore.errors.StateError`; a missing one ``FileNotFoundError``.
+        """
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"No checkpoint at {path}.")
+        try:
+            state = torch.load(path, weights_only=True, map_location="cpu")
+        except Exception as error:  # torch raises EOFError, RuntimeError, UnpicklingError, ...
+            raise StateError(f"{path} is not a readable checkpoint ({error}).") from None
+        if not isinstance(state, dict):
+            raise StateError(f"{path} holds {type(state).__name__}, not a trainer checkpoint.")
+        self.load_state_dict(state)

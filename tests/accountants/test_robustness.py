@@ -116,6 +116,9 @@ def test_accountants_answer_or_refuse_at_the_edges(
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(event=_events(PLD_SIGMAS), delta=st.sampled_from(DELTAS), epsilon=st.sampled_from(EPSILONS))
 @example(event=PoissonSampledEvent(0.01, GaussianEvent(1e-300)), delta=1e-5, epsilon=1.0)
+@example(  # the Chernoff window came out empty: next_fast_len(0) raised ValueError
+    event=SelfComposedEvent(GaussianEvent(1.0547686614863e-154), 10**18), delta=5e-324, epsilon=0.0
+)
 def test_pld_answers_or_refuses_at_the_edges(event: DpEvent, delta: float, epsilon: float) -> None:
     _check("pld", event, delta, epsilon)
 

@@ -112,3 +112,30 @@ def test_jl_passes_share_dropout_masks_on_cuda(cuda: torch.device) -> None:
     projected = engine.projections(inputs, labels, loss_fn)
     torch.testing.assert_close(projected[0], projected[1], rtol=0.0, atol=0.0)
     assert torch.equal(torch.cuda.get_rng_state(cuda), before)
+
+
+def test_a_cuda_checkpoint_resumes_on_the_cpu(cuda: torch.device, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A trainer checkpointed on the GPU continues on a CPU-only trainer built the same way
+    (torch.load maps the tensors to the CPU; without that it refuses CUDA storages there)."""
+    from dpcore.torch.samplers import PoissonSampler
+    from dpcore.torch.training import DPTrainer
+
+    def trainer(device: torch.device) -> DPTrainer:
+        torch.manual_seed(0)
+        inputs = torch.randn(16, 3, device=device)
+        targets = torch.randint(0, 2, (16,), device=device)
+        return DPTrainer.dp_sgd(
+            nn.Linear(3, 2).to(device), lr=0.1, inputs=inputs, targets=targets,
+            loss_fn=nn.CrossEntropyLoss(reduction="none"), noise_multiplier=1.0,
+            max_grad_norm=1.0, sampler=PoissonSampler(16, sampling_probability=0.5, seed=0),
+            seed=1,
+        )  # fmt: skip
+
+    on_gpu = trainer(cuda)
+    on_gpu.step()
+    on_gpu.save_checkpoint(tmp_path / "gpu.pt")
+    on_cpu = trainer(torch.device("cpu"))
+    on_cpu.load_checkpoint(tmp_path / "gpu.pt")
+    assert on_cpu.steps_done == 1
+    for mine, theirs in zip(on_cpu.model.parameters(), on_gpu.model.parameters(), strict=True):
+        assert torch.equal(mine, theirs.cpu())

@@ -1,0 +1,182 @@
+"""The torch samplers, trainer and checkpoints at the edges: an answer or a typed error.
+
+Sampling probabilities at 0, subnormal and one ulp below 1; seeds up to 2**64; noise
+multipliers, clipping norms and learning rates from subnormal to 1e300 and inf/nan; and
+checkpoint files that are empty, truncated, random, or of another shape. Small budget by
+default, wide in ``nox -s slow``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from dpcore.errors import DPCoreError, InvalidParameterError, StateError
+from dpcore.torch.samplers import PoissonSampler, ShuffledBatchSampler
+from dpcore.torch.training import DPTrainer
+
+REALS = [
+    0.0, -0.0, 5e-324, 1e-300, 1e-3, 0.5, 1.0, math.nextafter(1.0, 0.0), 1.0000000000000002,
+    2.0, 1e30, 1e300, math.inf, -math.inf, math.nan, -1.0,
+]  # fmt: skip
+SEEDS = [None, 0, 1, 2**63 - 1, 2**63, 2**64, -1, 1.5]
+SIZES = [1, 2, 10, 10**18, 0, -1, 1.5, True]
+QUICK = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+WIDE = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _poisson(size: object, q: float, seed: object) -> None:
+    try:
+        sampler = PoissonSampler(size, sampling_probability=q, seed=seed)  # type: ignore[arg-type]
+    except DPCoreError:
+        return
+    assert len(sampler) >= 1 and sampler.steps_per_epoch >= 1
+    if sampler.dataset_size <= 1000:
+        lot = sampler.sample()
+        assert lot.dtype == torch.int64 and (lot < sampler.dataset_size).all()
+
+
+@QUICK
+@given(st.sampled_from(SIZES), st.sampled_from(REALS), st.sampled_from(SEEDS))
+@example(1, 5e-324, None)  # steps_per_epoch was round(inf): OverflowError
+@example(1, 0.5, 2**64)  # the seed was handed to torch unchecked: ValueError
+def test_poisson_sampler_answers_or_refuses(size: object, q: float, seed: object) -> None:
+    _poisson(size, q, seed)
+
+
+@QUICK
+@given(st.sampled_from(SIZES), st.sampled_from([0, 1, 2, 10**18, -1, 1.5, None]))
+def test_shuffled_sampler_answers_or_refuses(size: object, batch: object) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            sampler = ShuffledBatchSampler(size, batch_size=batch, seed=0)  # type: ignore[arg-type]
+        except DPCoreError:
+            return
+    if sampler.dataset_size <= 1000:
+        assert len(sampler.sample()) == sampler.batch_size
+
+
+def _trainer(sigma: float, clip: float, lr: float) -> DPTrainer:
+    torch.manual_seed(0)
+    inputs, targets = torch.randn(8, 3), torch.randint(0, 2, (8,))
+    return DPTrainer.dp_sgd(
+        nn.Linear(3, 2),
+        lr=lr,
+        inputs=inputs,
+        targets=targets,
+        loss_fn=nn.CrossEntropyLoss(reduction="none"),
+        noise_multiplier=sigma,
+        max_grad_norm=clip,
+        sampler=PoissonSampler(8, sampling_probability=0.5, seed=0),
+        seed=1,
+    )
+
+
+def _train_one_step(sigma: float, clip: float, lr: float) -> None:
+    try:
+        trainer = _trainer(sigma, clip, lr)
+    except DPCoreError:
+        return
+    trainer.step()
+    for parameter in trainer.model.parameters():
+        assert torch.isfinite(parameter).all()
+
+
+@QUICK
+@given(st.sampled_from(REALS), st.sampled_from(REALS), st.sampled_from([1e-3, *REALS]))
+@example(1e300, 1e300, 1e-3)  # noise sd 1e600: the step made every parameter inf
+@example(5e-324, 5e-324, 1e300)  # lr beyond float32: torch's RuntimeError
+def test_trainer_answers_or_refuses(sigma: float, clip: float, lr: float) -> None:
+    _train_one_step(sigma, clip, lr)
+
+
+def test_unrepresentable_noise_is_refused_by_name() -> None:
+    with pytest.raises(InvalidParameterError, match="noise_multiplier times max_grad_norm"):
+        _trainer(1e20, 1e20, 1e-3)
+    with pytest.raises(InvalidParameterError, match="lr"):
+        _trainer(1.0, 1.0, 1e300)
+
+
+@pytest.mark.parametrize(
+    "corrupt",
+    [
+        lambda blob: b"",
+        lambda blob: blob[:100],
+        lambda blob: blob[: len(blob) // 2],
+        lambda blob: os.urandom(1000),
+        lambda blob: b"{}",
+    ],
+    ids=["empty", "header only", "half", "random bytes", "json"],
+)
+def test_malformed_checkpoint_is_a_state_error(tmp_path: Path, corrupt) -> None:  # type: ignore[no-untyped-def]
+    trainer = _trainer(1.0, 1.0, 0.1)
+    good = tmp_path / "good.pt"
+    trainer.save_checkpoint(good)
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(corrupt(good.read_bytes()))
+    with pytest.raises(StateError):
+        trainer.load_checkpoint(bad)
+    with pytest.raises(FileNotFoundError):
+        trainer.load_checkpoint(tmp_path / "absent.pt")
+
+
+@pytest.mark.parametrize("field", ["model", "optimizer", "sampler", "ledger", "torch_rng"])
+def test_checkpoint_of_another_shape_is_a_state_error(tmp_path: Path, field: str) -> None:
+    trainer = _trainer(1.0, 1.0, 0.1)
+    path = tmp_path / "state.pt"
+    trainer.save_checkpoint(path)
+    state = torch.load(path, weights_only=True)
+    state[field] = torch.zeros(3, dtype=torch.uint8) if field == "torch_rng" else {"x": 1}
+    torch.save(state, path)
+    with pytest.raises(StateError):
+        trainer.load_checkpoint(path)
+
+
+def test_checkpoints_are_read_onto_the_cpu_first(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A checkpoint written on a GPU resumes on a machine without one: torch.load is asked to
+    map every tensor to the CPU (the model and optimizer then copy them to their devices).
+    ``tests/torch/test_cuda.py`` resumes a real CUDA checkpoint on the CPU."""
+    trainer = _trainer(1.0, 1.0, 0.1)
+    path = tmp_path / "state.pt"
+    trainer.save_checkpoint(path)
+    seen = {}
+    original = torch.load
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.update(kwargs)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", spy)
+    trainer.load_checkpoint(path)
+    assert seen.get("map_location") == "cpu"
+
+
+@pytest.mark.slow
+@WIDE
+@given(
+    st.one_of(st.sampled_from(SIZES), st.integers(-5, 10**6)),
+    st.one_of(st.sampled_from(REALS), st.floats()),
+    st.one_of(st.sampled_from(SEEDS), st.integers(-(2**65), 2**65)),
+)
+def test_poisson_sampler_answers_or_refuses_wide(size: object, q: float, seed: object) -> None:
+    _poisson(size, q, seed)
+
+
+@pytest.mark.slow
+@WIDE
+@given(
+    st.one_of(st.sampled_from(REALS), st.floats()),
+    st.one_of(st.sampled_from(REALS), st.floats()),
+    st.one_of(st.sampled_from(REALS), st.floats(min_value=0, max_value=1e3)),
+)
+def test_trainer_answers_or_refuses_wide(sigma: float, clip: float, lr: float) -> None:
+    _train_one_step(sigma, clip, lr)
