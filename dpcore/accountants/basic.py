@@ -32,7 +32,7 @@ import numpy as np
 from dpcore.accountants.base import PrivacyAccountant, handles
 from dpcore.accountants.inversion import delta_for_epsilon
 from dpcore.events import EpsilonDeltaEvent, GaussianEvent, LaplaceEvent, PoissonSampledEvent
-from dpcore.mechanisms.gaussian import gaussian_epsilon
+from dpcore.mechanisms.gaussian import gaussian_epsilon_upper
 from dpcore.mechanisms.noise_range import is_noiseless
 from dpcore.validation import check_delta_closed, check_non_negative, check_probability
 
@@ -146,7 +146,7 @@ class StepLedger(PrivacyAccountant):
             if is_noiseless(sigma) or share < sys.float_info.min:
                 steps.append((math.inf, 0.0, count))
                 continue
-            inner = gaussian_epsilon(noise_multiplier=sigma, delta=step_delta)
+            inner = gaussian_epsilon_upper(noise_multiplier=sigma, delta=step_delta)
             steps.append((*amplify(epsilon=inner, delta=step_delta, sampling_probability=q), count))
         return steps
 

@@ -21,6 +21,7 @@ from typing import Any
 from dpcore.accountants.base import handles
 from dpcore.accountants.pld import PldAccountant, _Direction
 from dpcore.events import DpEvent, JLGaussianEvent, PoissonSampledEvent
+from dpcore.mechanisms.noise_range import SIGMA_HUGE, is_huge, is_noiseless
 from dpcore.pld.jl_pairs import JLStepPair, jl_step_pairs
 from dpcore.validation import check_count, check_positive
 
@@ -66,7 +67,9 @@ class JlAccountant(PldAccountant):
         parameters = _jl_parameters(event)
         if parameters is None or parameters[0] == 0:
             return
-        self._record(event, count, parameters[1].noise_multiplier == 0)
+        q, sigma = parameters[0], parameters[1].noise_multiplier
+        self._clamped |= is_huge(sigma)  # see PldAccountant: clamped to SIGMA_HUGE below
+        self._record(event, count, is_noiseless(sigma), q)
 
     def _jl_pairs(self, event: DpEvent, pessimistic: bool) -> tuple[JLStepPair, JLStepPair]:
         key = (event, pessimistic)
@@ -76,7 +79,7 @@ class JlAccountant(PldAccountant):
             q, jl_event = parameters
             self._pairs[key] = jl_step_pairs(
                 sampling_probability=q,
-                noise_multiplier=jl_event.noise_multiplier,
+                noise_multiplier=min(jl_event.noise_multiplier, SIGMA_HUGE),
                 jl_dimension=jl_event.jl_dimension,
                 pessimistic=pessimistic,
                 bins=self._bins,

@@ -16,7 +16,13 @@ from scipy import optimize, special
 
 from dpcore.validation import check_delta, check_non_negative, check_positive
 
-__all__ = ["gaussian_delta", "gaussian_epsilon", "gdp_delta", "gdp_epsilon"]
+__all__ = [
+    "gaussian_delta",
+    "gaussian_epsilon",
+    "gaussian_epsilon_upper",
+    "gdp_delta",
+    "gdp_epsilon",
+]
 
 
 def _log_ndtr(x: float) -> float:
@@ -98,3 +104,21 @@ def gaussian_epsilon(*, noise_multiplier: float, delta: float) -> float:
     """Exact epsilon(delta) of one Gaussian mechanism (inverse of :func:`gaussian_delta`)."""
     sigma = check_positive("noise_multiplier", noise_multiplier)
     return gdp_epsilon(mu=1.0 / sigma, delta=delta)
+
+
+def gaussian_epsilon_upper(*, noise_multiplier: float, delta: float) -> float:
+    """An epsilon that the Gaussian mechanism certainly meets at ``delta`` (for accountants).
+
+    :func:`gaussian_epsilon` for mu = 1/sigma >= 1e-4; below, where Phi(a) - Phi(b) in the
+    exact profile loses its precision and can round delta(eps) down (even to 0), the inverse of
+    the upper bound :func:`dpcore.tradeoff.closed_forms.log_small_mu_delta_bound`, so the answer
+    is never below the true epsilon. (Audits, which need the other direction, keep the exact
+    :func:`gdp_epsilon`.)
+    """
+    sigma = check_positive("noise_multiplier", noise_multiplier)
+    from dpcore.tradeoff.closed_forms import SMALL_MU, _small_mu_epsilon  # imports this module
+
+    mu = 1.0 / sigma
+    if mu >= SMALL_MU:
+        return gdp_epsilon(mu=mu, delta=delta)
+    return _small_mu_epsilon(mu, check_delta("delta", delta))

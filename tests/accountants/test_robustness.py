@@ -163,3 +163,12 @@ def test_accountants_answer_or_refuse_at_the_edges_wide(
     name: str, event: DpEvent, delta: float, epsilon: float
 ) -> None:
     _check(name, event, delta, epsilon)
+
+
+def test_basic_composition_at_tiny_mu_is_never_below_the_truth() -> None:
+    """At sigma = 1e17 (mu = 1e-17) the exact profile's Phi(a) - Phi(b) rounds to 0, which made
+    the per-step epsilon 0 at delta = 1e-20; the true delta(0) = 2 Phi(mu/2) - 1 ~ 4e-18 exceeds
+    it, so the true epsilon is positive. The accountant now inverts an upper bound there."""
+    for name in ("basic", "advanced"):
+        accountant = accountant_class(name)().compose(GaussianEvent(1e17))
+        assert accountant.get_epsilon(1e-20) > 0
