@@ -172,3 +172,62 @@ def test_basic_composition_at_tiny_mu_is_never_below_the_truth() -> None:
     for name in ("basic", "advanced"):
         accountant = accountant_class(name)().compose(GaussianEvent(1e17))
         assert accountant.get_epsilon(1e-20) > 0
+
+
+#: Every failure the sweeps above found, by name: (accountant, event, delta, epsilon).
+FOUND = {
+    "rdp-huge-sigma-overflow": ("rdp", GaussianEvent(1e300), 1e-5, 1.0),
+    "rdp-tiny-sigma-zero-division": (
+        "rdp",
+        PoissonSampledEvent(0.01, GaussianEvent(1e-300)),
+        1e-5,
+        1.0,
+    ),
+    "moments-tiny-sigma-domain-error": ("moments", GaussianEvent(1e-300), 1e-5, 1.0),
+    "moments-huge-sigma-overflow": (
+        "moments",
+        PoissonSampledEvent(0.5, GaussianEvent(1e155)),
+        1e-5,
+        1.0,
+    ),
+    "basic-tiny-sigma-nan-root": (
+        "basic",
+        PoissonSampledEvent(0.01, GaussianEvent(1e-155)),
+        1e-5,
+        1.0,
+    ),
+    "basic-subnormal-delta-overspent": (
+        "basic",
+        SelfComposedEvent(GaussianEvent(5e-324), 173),
+        2.2250738585e-313,
+        1.0,
+    ),
+    "rdp-delta-log1p-of-minus-one": ("rdp", GaussianEvent(5e149), 5e-324, 0.0),
+    "rdp-pure-dp-epsilon-squared-overflow": ("rdp", EpsilonDeltaEvent(1e300, 0.0), 1e-5, 0.0),
+    "pld-tiny-sigma-zero-division": (
+        "pld",
+        PoissonSampledEvent(0.01, GaussianEvent(1e-300)),
+        1e-5,
+        1.0,
+    ),
+    "pld-huge-sigma-overflow": ("pld", PoissonSampledEvent(0.01, GaussianEvent(1e300)), 1e-5, 1.0),
+    "pld-epsilon-delta-exp-overflow": ("pld", EpsilonDeltaEvent(1e300, 0.0), 1e-5, 1.0),
+    "pld-laplace-subnormal-scale-nan": ("pld", LaplaceEvent(5e-324), 1e-5, 1.0),
+    "pld-empty-chernoff-window": (
+        "pld",
+        SelfComposedEvent(GaussianEvent(1.0547686614863e-154), 10**18),
+        5e-324,
+        0.0,
+    ),
+    "jl-subnormal-sigma-nan": (
+        "jl",
+        PoissonSampledEvent(0.5, JLGaussianEvent(5e-324, 3)),
+        1e-5,
+        1.0,
+    ),
+}
+
+
+@pytest.mark.parametrize(("name", "event", "delta", "epsilon"), FOUND.values(), ids=FOUND.keys())
+def test_found_failures_stay_fixed(name: str, event: DpEvent, delta: float, epsilon: float) -> None:
+    _check(name, event, delta, epsilon)
