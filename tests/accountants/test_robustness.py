@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from dpcore.accountants import ALL_ACCOUNTANT_NAMES, accountant_class
 from dpcore.accountants.pld import PldAccountant
-from dpcore.errors import DPCoreError
+from dpcore.errors import DPCoreError, InvalidParameterError
 from dpcore.events import (
     ComposedEvent,
     DpEvent,
@@ -226,6 +226,17 @@ FOUND = {
         1.0,
     ),
 }
+
+
+def test_pld_refuses_compositions_beyond_its_precision() -> None:
+    """At 1e18 compositions of a subnormal-q step the FFT power lost its precision and the
+    certified interval came out as [41943, 0]; such counts are now refused by name."""
+    event = SelfComposedEvent(
+        PoissonSampledEvent(5e-324, GaussianEvent(1.0547686614863e-154)), 10**18
+    )
+    accountant = PldAccountant().compose(event)
+    with pytest.raises(InvalidParameterError, match="compositions in one PLD"):
+        accountant.get_epsilon_interval(1e-12)
 
 
 @pytest.mark.parametrize(("name", "event", "delta", "epsilon"), FOUND.values(), ids=FOUND.keys())

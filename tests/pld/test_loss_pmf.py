@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dpcore.errors import ResourceLimitError
 from dpcore.mechanisms.gaussian import gdp_delta, gdp_epsilon
 from dpcore.pld.loss_pmf import LossPmf, compose_many, garble_atoms, split_atoms
 from dpcore.pld.pairs import subsampled_gaussian_pairs
@@ -136,3 +137,11 @@ def test_composition_refuses_mixed_grids() -> None:
     b = LossPmf(0.2, 0, np.array([1.0]), 0.0)
     with pytest.raises(ValueError, match="grid_spacing"):
         compose_many([(a, 1), (b, 1)])
+
+
+def test_a_composition_too_large_for_memory_is_refused_before_allocating() -> None:
+    """10^9 compositions of a 1,000-point PLD need a 1.7e8-point window: refused by name (the
+    limit is 2^27 points) in about a millisecond, before any array of that size exists."""
+    pmf = LossPmf(1e-3, 0, np.full(1000, 1e-3), 0.0)
+    with pytest.raises(ResourceLimitError, match="composed PLD fits in 134,217,728 grid points"):
+        compose_many([(pmf, 10**9)])
