@@ -412,7 +412,8 @@ def _bu2021_accuracy(output: Output) -> Iterator[Row]:
             yield _row(
                 BU2021,
                 f"Fig. 4 MNIST test accuracy at epoch {common:g} of "
-                f"{data['config']['paper_epochs']} (every run stopped there by the deadline), "
+                f"{data['config']['paper_epochs']} (the last epoch every run reached before "
+                "the deadline), "
                 f"DP-SGD-JL(r = {r}) minus DP-SGD (mean over {at_jl['n']} seeds)",
                 0.0, at_jl["mean"] - at_exact["mean"], tolerance, rule, data,
                 stem or "bu2021_jl_accuracy",
