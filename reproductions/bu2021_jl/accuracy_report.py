@@ -66,16 +66,19 @@ def plot(*, output: Output | None = None, readme: Path | None = None) -> None:
 
 
 def _curves(data: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """Rows drawn per method: every seed up to the epoch all runs reached, when some run was
-    stopped early (a deadline); otherwise the finished seeds' rows."""
+    """Rows drawn per method: a method whose runs all finished is drawn to its end; one with
+    runs stopped early (a deadline) up to the last epoch all of its seeds reached, so that
+    every point of a curve is a mean over the same seeds."""
     rows, summary = data["rows"], data["summary"]
-    stopped = any(item.get("unfinished") for item in summary.values())
-    common = data.get("common_epoch")
     drawn: dict[str, list[dict[str, Any]]] = {}
     for label, item in summary.items():
         mine = [row for row in rows if row["method"] == label]
-        if stopped and common:
-            mine = [row for row in mine if row["epoch"] <= common]
+        if item.get("unfinished"):
+            reached = min(
+                max(row["epoch"] for row in mine if row["seed"] == seed)
+                for seed in {row["seed"] for row in mine}
+            ) if mine else 0  # fmt: skip
+            mine = [row for row in mine if row["epoch"] <= reached]
         elif item.get("seeds_done") is not None:
             mine = [row for row in mine if row["seed"] in item["seeds_done"]]
         if mine:
