@@ -65,6 +65,10 @@ class _Position:
     state_after: dict[str, Any] | None  # the sampler's state after this lot (on ``last`` only)
 
 
+#: Smallest expected lot size q N that :class:`LotLoader` accepts (see its constructor).
+_MIN_EXPECTED_LOT = 1e-4
+
+
 class LotBatchSampler(Sampler[list[int]]):
     """The remaining lots of the sampler's epoch, as index lists of at most B examples.
 
@@ -182,6 +186,15 @@ class LotLoader:
         if sampler.dataset_size != size:
             raise InvalidParameterError(
                 "sampler", f"to sample from len(dataset) = {size} records", sampler.dataset_size
+            )
+        if isinstance(sampler, PoissonSampler) and sampler.expected_lot_size < _MIN_EXPECTED_LOT:
+            # Empty lots reach the loop only with the next non-empty one (a DataLoader cannot
+            # collate nothing): with lots this rare it would queue ~1 / (q N) of them first.
+            raise InvalidParameterError(
+                "sampling_probability",
+                f"with len(dataset) = {size}, an expected lot size q N >= {_MIN_EXPECTED_LOT:g} "
+                "(below it this loader would queue about 1 / (q N) empty lots before yielding)",
+                sampler.sampling_probability,
             )
         self.dataset = dataset
         self.sampler = sampler

@@ -75,13 +75,16 @@ class DPOptimizer:
         self.noise: NoiseSource = noise if noise is not None else SeededGaussianNoise()
         ranges = [torch.finfo(p.dtype).max for p in trainable if p.is_floating_point()]
         limit = min(ranges, default=math.inf) / _NOISE_HEADROOM
-        if not self.noise_std <= limit:
+        rates = [float(group["lr"]) for group in optimizer.param_groups if "lr" in group]
+        step_noise = self.noise_std * max(rates, default=1.0)
+        if not self.noise_std <= limit or not step_noise <= limit:
             raise InvalidParameterError(
                 "noise_multiplier",
-                f"times max_grad_norm (the noise standard deviation) <= {limit:.3g}, "
-                f"{_NOISE_HEADROOM:g} below the largest value of the parameters' dtype, so that "
-                "noisy sums stay finite",
-                f"{self.noise_multiplier!r} * {self.engine.max_grad_norm!r} = {self.noise_std!r}",
+                f"times max_grad_norm (the noise standard deviation), also times the learning "
+                f"rate, <= {limit:.3g}, {_NOISE_HEADROOM:g} below the largest value of the "
+                "parameters' dtype, so that noisy sums and steps stay finite",
+                f"{self.noise_multiplier!r} * {self.engine.max_grad_norm!r} = {self.noise_std!r} "
+                f"(times lr: {step_noise!r})",
             )
 
     @property

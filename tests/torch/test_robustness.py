@@ -180,3 +180,35 @@ def test_poisson_sampler_answers_or_refuses_wide(size: object, q: float, seed: o
 )
 def test_trainer_answers_or_refuses_wide(sigma: float, clip: float, lr: float) -> None:
     _train_one_step(sigma, clip, lr)
+
+
+@QUICK
+@given(
+    st.sampled_from(REALS),
+    st.sampled_from(SEEDS),
+    st.sampled_from([None, 0, 1, 3, 10**18, -1, 1.5]),
+)
+@example(5e-324, 0, None)  # queued empty lots without end before yielding the first one
+def test_lot_loader_answers_or_refuses(q: float, seed: object, physical: object) -> None:
+    """A user's Dataset through LotLoader: every lot it yields is a valid subset, or the
+    constructor names the bad parameter."""
+    from torch.utils.data import TensorDataset
+
+    from dpcore.torch.loaders import LotLoader
+
+    data = TensorDataset(torch.arange(10.0).reshape(10, 1), torch.arange(10))
+    try:
+        loader = LotLoader(
+            data,
+            sampling_probability=q,
+            seed=seed,  # type: ignore[arg-type]
+            max_physical_batch_size=physical,  # type: ignore[arg-type]
+        )
+    except DPCoreError:
+        return
+    for micro in loader:
+        assert 0 <= micro.size <= micro.lot_size <= 10
+        if micro.data is not None:
+            inputs, labels = micro.data
+            assert len(inputs) == len(labels) == micro.size
+        break
