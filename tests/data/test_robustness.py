@@ -13,7 +13,6 @@ import io
 import json
 import pickle
 import struct
-import tarfile
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +29,7 @@ from dpcore.data.fetch import Source, fetch
 from dpcore.data.formats import read_cifar_batch, read_idx, read_imdb_reviews, read_uci_adult
 from dpcore.data.text import build_vocabulary, encode, tokenize
 from dpcore.errors import InvalidParameterError
+from tests.data.test_fetch import _deb, _tgz
 
 ALLOWED = (DataFormatError, DataUnavailableError, InvalidParameterError)
 
@@ -92,32 +92,12 @@ def reader_property(tmp_path: Path, kind: str, blob: bytes) -> None:
         assert set(np.unique(result[1]).tolist()) <= {0, 1}
 
 
-def _tgz(members: dict[str, bytes]) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as bundle:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            bundle.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
-
-
 def _whl(members: dict[str, bytes]) -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as bundle:
         for name, data in members.items():
             bundle.writestr(name, data)
     return buffer.getvalue()
-
-
-def _deb(members: dict[str, bytes]) -> bytes:
-    data_tar = _tgz(members)
-
-    def entry(name: str, body: bytes) -> bytes:
-        header = f"{name + '/':<16}{0:<12}{0:<6}{0:<6}{100644:<8}{len(body):<10}`\n".encode()
-        return header + body + (b"\n" if len(body) % 2 else b"")
-
-    return b"!<arch>\n" + entry("debian-binary", b"2.0\n") + entry("data.tar.gz", data_tar)
 
 
 PACKAGES = {
