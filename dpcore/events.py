@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
@@ -29,10 +30,13 @@ __all__ = [
     "ComposedEvent",
     "DpEvent",
     "EpsilonDeltaEvent",
+    "ExponentialMechanismEvent",
     "GaussianEvent",
     "JLGaussianEvent",
     "LaplaceEvent",
+    "MixtureOfGaussiansEvent",
     "PoissonSampledEvent",
+    "RandomizedResponseEvent",
     "SampledWithoutReplacementEvent",
     "SelfComposedEvent",
     "dpsgd_event",
@@ -63,7 +67,9 @@ class DpEvent:
             if isinstance(value, DpEvent):
                 out[field.name] = value.to_dict()
             elif isinstance(value, tuple):
-                out[field.name] = [item.to_dict() for item in value]
+                out[field.name] = [
+                    item.to_dict() if isinstance(item, DpEvent) else item for item in value
+                ]
             else:
                 out[field.name] = value
         return out
@@ -129,6 +135,88 @@ class EpsilonDeltaEvent(DpEvent):
     def __post_init__(self) -> None:
         object.__setattr__(self, "epsilon", check_non_negative("epsilon", self.epsilon))
         object.__setattr__(self, "delta", check_delta_closed("delta", self.delta))
+
+
+@dataclasses.dataclass(frozen=True)
+class RandomizedResponseEvent(DpEvent):
+    """Randomized response over ``num_buckets`` values with noise parameter p.
+
+    With probability ``1 - p`` the true value is reported, otherwise a value drawn uniformly from
+    all ``num_buckets`` (so the true one with probability ``1 - p + p / k``, each other one with
+    ``p / k``). Neighbouring inputs differ in the one value the mechanism reports, so the event
+    is analysed by the pair of output distributions of two different values; it is
+    ``log(1 + k (1 - p) / p)``-DP (Warner 1965; the k-ary form as in dp_accounting's
+    ``RandomizedResponseDpEvent``). ``p = 0`` reports the value itself (epsilon = inf).
+    """
+
+    kind: ClassVar[str] = "randomized_response"
+    noise_parameter: float
+    num_buckets: int
+
+    def __post_init__(self) -> None:
+        p = check_probability("noise_parameter", self.noise_parameter)
+        object.__setattr__(self, "noise_parameter", p)
+        object.__setattr__(
+            self, "num_buckets", check_count("num_buckets", self.num_buckets, minimum=2)
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class ExponentialMechanismEvent(DpEvent):
+    """The exponential mechanism (McSherry & Talwar 2007) at privacy parameter epsilon.
+
+    It outputs r with probability proportional to ``exp(epsilon u(D, r) / (2 Delta))`` for a
+    utility of sensitivity Delta. This is epsilon-DP and, more sharply, epsilon-bounded-range
+    (Durfee & Rogers 2019, Def. 3.1 and Lemma 3.2), which composes more tightly than pure DP
+    (Dong, Durfee & Rogers 2020; Cesar & Rogers 2021). ``epsilon = 0`` ignores the data.
+    """
+
+    kind: ClassVar[str] = "exponential_mechanism"
+    epsilon: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epsilon", check_non_negative("epsilon", self.epsilon))
+
+
+@dataclasses.dataclass(frozen=True)
+class MixtureOfGaussiansEvent(DpEvent):
+    """Gaussian noise around a random shift: the mixture-of-Gaussians mechanism.
+
+    On one of two neighbouring datasets the output is ``N(0, sigma^2)``; on the other it is
+    ``sum_i p_i N(c_i, sigma^2)`` with ``sigma = noise_multiplier`` and sensitivities ``c_i``
+    drawn with probabilities ``p_i`` (Choquette-Choo et al. 2023, arXiv 2310.15526, Sec. 4;
+    dp_accounting's ``MixtureOfGaussiansDpEvent`` with ``standard_deviation = sigma``). The
+    Poisson-sampled Gaussian is the case ``c = (0, 1)``, ``p = (1 - q, q)``.
+    """
+
+    kind: ClassVar[str] = "mixture_of_gaussians"
+    noise_multiplier: float
+    sensitivities: tuple[float, ...]
+    probabilities: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        sigma = check_non_negative("noise_multiplier", self.noise_multiplier)
+        object.__setattr__(self, "noise_multiplier", sigma)
+        for name in ("sensitivities", "probabilities"):
+            value = getattr(self, name)
+            if isinstance(value, str) or not isinstance(value, Iterable):
+                raise InvalidParameterError(name, "to be a sequence of numbers", value)
+        shifts = tuple(
+            check_non_negative(f"sensitivities[{i}]", c) for i, c in enumerate(self.sensitivities)
+        )
+        weights = tuple(
+            check_probability(f"probabilities[{i}]", p) for i, p in enumerate(self.probabilities)
+        )
+        if not shifts or len(shifts) != len(weights):
+            raise InvalidParameterError(
+                "probabilities", f"one per sensitivity ({len(shifts)}, at least one)", len(weights)
+            )
+        if abs(math.fsum(weights) - 1.0) > 1e-9:
+            raise InvalidParameterError(
+                "probabilities", "to sum to 1 (within 1e-9)", math.fsum(weights)
+            )
+        object.__setattr__(self, "sensitivities", shifts)
+        object.__setattr__(self, "probabilities", weights)
 
 
 def _check_event(name: str, value: object) -> DpEvent:
