@@ -36,6 +36,7 @@ __all__ = [
     "LaplaceEvent",
     "MixtureOfGaussiansEvent",
     "PoissonSampledEvent",
+    "RandomAllocationEvent",
     "RandomizedResponseEvent",
     "SampledWithoutReplacementEvent",
     "SelfComposedEvent",
@@ -255,6 +256,26 @@ class SampledWithoutReplacementEvent(DpEvent):
             raise InvalidParameterError("sample_size", f"<= dataset_size = {n}", self.sample_size)
         object.__setattr__(self, "dataset_size", n)
         object.__setattr__(self, "sample_size", m)
+        _check_event("event", self.event)
+
+
+@dataclasses.dataclass(frozen=True)
+class RandomAllocationEvent(DpEvent):
+    """One epoch of ``num_steps`` runs of ``event`` under random allocation (balls in bins).
+
+    Every record is assigned to exactly one of the ``num_steps`` steps, uniformly and
+    independently of the other records, and each step runs ``event`` on the records assigned
+    to it (Chua et al., "Balls-and-Bins Sampling for DP-SGD", AISTATS 2025, arXiv 2412.16802;
+    Feldman & Shenfeld, "Privacy Amplification by Random Allocation", arXiv 2502.08202, the
+    case k = 1). Several epochs are a :class:`SelfComposedEvent` of this event.
+    """
+
+    kind: ClassVar[str] = "random_allocation"
+    num_steps: int
+    event: DpEvent
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "num_steps", check_count("num_steps", self.num_steps, minimum=1))
         _check_event("event", self.event)
 
 
