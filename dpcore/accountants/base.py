@@ -22,6 +22,7 @@ from dpcore.events import (
     ComposedEvent,
     DpEvent,
     PoissonSampledEvent,
+    RandomAllocationEvent,
     SampledWithoutReplacementEvent,
     SelfComposedEvent,
     event_from_dict,
@@ -75,7 +76,9 @@ class Approximate(float):
 
 def leaf_signature(event: DpEvent) -> Signature:
     """The registry key of a non-composite event."""
-    if isinstance(event, (PoissonSampledEvent, SampledWithoutReplacementEvent)):
+    if isinstance(
+        event, (PoissonSampledEvent, SampledWithoutReplacementEvent, RandomAllocationEvent)
+    ):
         return (type(event), type(event.event))
     return (type(event),)
 

@@ -24,7 +24,12 @@ import torch
 from dpcore.errors import InvalidParameterError, StateError
 from dpcore.validation import check_count, check_probability
 
-__all__ = ["PoissonMismatchWarning", "PoissonSampler", "ShuffledBatchSampler"]
+__all__ = [
+    "BallsInBinsSampler",
+    "PoissonMismatchWarning",
+    "PoissonSampler",
+    "ShuffledBatchSampler",
+]
 
 
 class PoissonMismatchWarning(UserWarning):
@@ -195,3 +200,64 @@ class ShuffledBatchSampler(_Sampler):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self._permutation = state.get("permutation")
+
+
+class BallsInBinsSampler(_Sampler):
+    """Balls in bins (random allocation): each epoch, every record goes to one uniform step.
+
+    Each epoch of ``steps_per_epoch`` (T) lots assigns every record to one of the T lots
+    uniformly and independently, so each record is used exactly once per epoch and lots have
+    N/T records on average (Chua et al., "Balls-and-Bins Sampling for DP-SGD", AISTATS 2025).
+    Unlike shuffled fixed-size batches this sampler has a valid analysis of its own: the ledger
+    records each epoch as a :class:`~dpcore.events.RandomAllocationEvent`, which the ``rdp``
+    accountant certifies. The noisy sum is divided by the expected lot size N/T.
+
+    Args:
+        dataset_size: N >= 1.
+        steps_per_epoch: T >= 1, the lots per epoch.
+        seed: as for :class:`PoissonSampler`.
+
+    Example:
+        >>> sampler = BallsInBinsSampler(1000, steps_per_epoch=10, seed=0)
+        >>> sum(len(lot) for lot in sampler), sampler.expected_lot_size
+        (1000, 100.0)
+    """
+
+    kind = "balls_in_bins"
+    matches_poisson_analysis = False
+
+    def __init__(self, dataset_size: int, *, steps_per_epoch: int, seed: int | None = None) -> None:
+        super().__init__(dataset_size, seed)
+        self._steps = check_count("steps_per_epoch", steps_per_epoch, minimum=1)
+        self._bins: torch.Tensor | None = None
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self._steps
+
+    @property
+    def sampling_probability(self) -> float:
+        """1 / T, each record's chance to be in a given lot (not a Poisson rate)."""
+        return 1.0 / self._steps
+
+    @property
+    def expected_lot_size(self) -> float:
+        return self.dataset_size / self._steps
+
+    def sample(self) -> torch.Tensor:
+        position = self.lots_drawn % self._steps
+        if position == 0 or self._bins is None:
+            self._bins = torch.randint(
+                self._steps, (self.dataset_size,), generator=self.generator, dtype=torch.int64
+            )
+        self.lots_drawn += 1
+        return torch.nonzero(self._bins == position).flatten()
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["bins"] = self._bins
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self._bins = state.get("bins")

@@ -28,12 +28,12 @@ from dpcore.torch.optimizers import DPOptimizer
 from dpcore.torch.per_example.base import LossFunction, NonFinitePolicy
 from dpcore.torch.per_example.jl import JLEngine
 from dpcore.torch.per_example.virtual import clipped_sum_in_parts
-from dpcore.torch.samplers import PoissonSampler, ShuffledBatchSampler
+from dpcore.torch.samplers import BallsInBinsSampler, PoissonSampler, ShuffledBatchSampler
 from dpcore.validation import check_count, check_delta, check_positive
 
 __all__ = ["DPTrainer", "StepResult", "accuracy"]
 
-Sampler = PoissonSampler | ShuffledBatchSampler
+Sampler = PoissonSampler | ShuffledBatchSampler | BallsInBinsSampler
 
 
 def accuracy(outputs: torch.Tensor, targets: torch.Tensor) -> float:
@@ -87,7 +87,9 @@ class DPTrainer:
             Adam for DP-Adam).
         noise_multiplier: sigma > 0.
         max_grad_norm: the clipping norm C > 0.
-        sampler: a :class:`PoissonSampler` (default analysis) or a :class:`ShuffledBatchSampler`.
+        sampler: a :class:`PoissonSampler` (default analysis), a :class:`BallsInBinsSampler`
+            (analysed per epoch as random allocation) or a :class:`ShuffledBatchSampler` (no
+            valid upper bound; its statement carries a certified lower bound).
         engine: ``"auto"``, ``"fast"``, ``"vmap"`` or ``"jl"``; every engine is checked on trial
             lots built from the first examples at construction (``auto`` chooses there).
         jl_dimension: r for ``engine="jl"``.
@@ -122,9 +124,11 @@ class DPTrainer:
             raise InvalidParameterError(
                 "targets", f"to have {size} rows like inputs", batch_size(targets, "targets")
             )
-        if not isinstance(sampler, PoissonSampler | ShuffledBatchSampler):
+        if not isinstance(sampler, PoissonSampler | ShuffledBatchSampler | BallsInBinsSampler):
             raise InvalidParameterError(
-                "sampler", "to be a PoissonSampler or ShuffledBatchSampler", sampler
+                "sampler",
+                "to be a PoissonSampler, BallsInBinsSampler or ShuffledBatchSampler",
+                sampler,
             )
         if sampler.dataset_size != size:
             raise InvalidParameterError(
@@ -159,7 +163,11 @@ class DPTrainer:
             expected_batch_size=sampler.expected_lot_size,
             noise=noise if noise is not None else SeededGaussianNoise(seed),
         )
-        self.ledger = PrivacyLedger(dataset_size=sampler.dataset_size, sampler=sampler.kind)
+        self.ledger = PrivacyLedger(
+            dataset_size=sampler.dataset_size,
+            sampler=sampler.kind,
+            steps_per_epoch=None if sampler.kind == "poisson" else sampler.steps_per_epoch,
+        )
         self.jl_dimension = self.engine.jl_dimension if isinstance(self.engine, JLEngine) else None
 
     @classmethod

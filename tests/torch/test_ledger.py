@@ -8,7 +8,12 @@ import pytest
 
 from dpcore.accountants import PldAccountant, RdpAccountant
 from dpcore.errors import InvalidParameterError, StateError, UnsupportedEventError
-from dpcore.events import dpsgd_event
+from dpcore.events import (
+    GaussianEvent,
+    RandomAllocationEvent,
+    SelfComposedEvent,
+    dpsgd_event,
+)
 from dpcore.torch.ledger import PrivacyLedger
 
 
@@ -76,3 +81,36 @@ def test_bad_construction_and_state() -> None:
         PrivacyLedger(dataset_size=5, sampler="random")
     with pytest.raises(StateError, match="Malformed ledger state"):
         PrivacyLedger.from_state_dict({"dataset_size": 5, "sampler": "poisson", "runs": [{}]})
+
+
+def test_balls_in_bins_ledger_composes_one_random_allocation_per_started_epoch() -> None:
+    ledger = PrivacyLedger(dataset_size=100, sampler="balls_in_bins", steps_per_epoch=10)
+    for _ in range(25):
+        ledger.record(sampling_probability=0.1, noise_multiplier=1.0)
+    # 25 steps = 2 full epochs and a prefix of a third, which costs at most a full epoch.
+    assert ledger.event() == SelfComposedEvent(RandomAllocationEvent(10, GaussianEvent(1.0)), 3)
+    assert ledger.has_valid_analysis and not ledger.matches_poisson_analysis
+    again = PrivacyLedger.from_state_dict(json.loads(json.dumps(ledger.state_dict())))
+    assert again == ledger and again.event() == ledger.event()
+    with pytest.raises(InvalidParameterError, match="Expected noise_multiplier constant"):
+        ledger.record(sampling_probability=0.1, noise_multiplier=2.0)
+    with pytest.raises(InvalidParameterError, match="Expected steps_per_epoch"):
+        PrivacyLedger(dataset_size=100, sampler="balls_in_bins")
+
+
+def test_shuffled_statement_carries_a_certified_lower_bound() -> None:
+    ledger = PrivacyLedger(dataset_size=1000, sampler="shuffled_fixed_size")
+    for _ in range(20):
+        ledger.record(sampling_probability=0.1, noise_multiplier=1.0)
+    statement = ledger.statement(delta=1e-5, accountants=("pld",))
+    lower = statement["shuffled_epsilon_lower_bound"]
+    assert lower["kind"] == "lower_bound"
+    # Shuffled batches leak more than the Poisson analysis admits (Chua et al. 2024).
+    assert lower["epsilon"] > statement["epsilon_if_poisson_sampled"]["pld"]["epsilon"]
+    ledger.record(sampling_probability=0.1, noise_multiplier=2.0)
+    assert (
+        ledger.statement(delta=1e-5, accountants=("pld",))["shuffled_epsilon_lower_bound"][
+            "epsilon"
+        ]
+        is None
+    )

@@ -13,7 +13,12 @@ import torch
 from scipy import stats
 
 from dpcore.errors import InvalidParameterError, StateError
-from dpcore.torch.samplers import PoissonMismatchWarning, PoissonSampler, ShuffledBatchSampler
+from dpcore.torch.samplers import (
+    BallsInBinsSampler,
+    PoissonMismatchWarning,
+    PoissonSampler,
+    ShuffledBatchSampler,
+)
 
 FALSE_REJECTION = 1e-5
 
@@ -61,11 +66,13 @@ def test_poisson_epoch_length_and_expected_lot_size() -> None:
     assert len(list(sampler)) == len(sampler)
 
 
-@pytest.mark.parametrize("make", ["poisson", "shuffled"])
+@pytest.mark.parametrize("make", ["poisson", "shuffled", "balls_in_bins"])
 def test_sampler_resumes_mid_epoch(make: str) -> None:
-    def build() -> PoissonSampler | ShuffledBatchSampler:
+    def build() -> PoissonSampler | ShuffledBatchSampler | BallsInBinsSampler:
         if make == "poisson":
             return PoissonSampler(100, sampling_probability=0.1, seed=7)
+        if make == "balls_in_bins":
+            return BallsInBinsSampler(100, steps_per_epoch=10, seed=7)
         with pytest.warns(PoissonMismatchWarning):
             return ShuffledBatchSampler(100, batch_size=10, seed=7)
 
@@ -124,3 +131,30 @@ def test_state_of_another_sampler_kind_is_refused() -> None:
         shuffled = ShuffledBatchSampler(10, batch_size=2, seed=0)
     with pytest.raises(StateError, match="shuffled_fixed_size"):
         poisson.load_state_dict(shuffled.state_dict())
+
+
+def test_balls_in_bins_uses_every_record_once_per_epoch() -> None:
+    sampler = BallsInBinsSampler(500, steps_per_epoch=7, seed=1)
+    assert not sampler.matches_poisson_analysis
+    assert sampler.expected_lot_size == pytest.approx(500 / 7)
+    for _ in range(3):
+        epoch = list(sampler)
+        assert len(epoch) == 7
+        assert torch.equal(torch.sort(torch.cat(epoch)).values, torch.arange(500))
+
+
+def test_balls_in_bins_assigns_steps_uniformly() -> None:
+    # Over 200 epochs, record 0 lands in each of the 5 steps about 40 times: chi-square test of
+    # uniformity, rejecting a correct sampler with probability FALSE_REJECTION.
+    sampler = BallsInBinsSampler(30, steps_per_epoch=5, seed=3)
+    counts = np.zeros(5)
+    for _ in range(200):
+        for position, lot in enumerate(sampler):
+            counts[position] += int((lot == 0).any())
+    assert counts.sum() == 200
+    assert stats.chisquare(counts).pvalue > FALSE_REJECTION
+
+
+def test_balls_in_bins_rejects_bad_input() -> None:
+    with pytest.raises(InvalidParameterError, match="Expected steps_per_epoch"):
+        BallsInBinsSampler(10, steps_per_epoch=0)
