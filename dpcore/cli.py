@@ -5,6 +5,12 @@ in every accountant and prints epsilon at the given delta, its direction and the
 ``--json`` prints a list of objects ``{accountant, epsilon, epsilon_lower, kind, seconds}``
 (``epsilon_lower`` only where an accountant certifies one; an infinite epsilon is ``null``).
 Bad input exits with status 2 and one line on stderr.
+
+``--sampler`` says how the lots were drawn: ``poisson`` (default; rate q), ``balls-in-bins``
+(each record in exactly one of the 1/q steps of every epoch, analysed as random allocation) or
+``shuffle`` (fixed batches of B = q N from a fresh shuffle per epoch, which needs
+``--dataset-size N``): no accountant bounds shuffling from above, so the Poisson rows are
+marked as not valid for it and a last row ``shuffle`` gives a certified *lower* bound.
 """
 
 from __future__ import annotations
@@ -21,18 +27,24 @@ from typing import Any, NoReturn
 from dpcore.accountants import ACCOUNTANT_NAMES, accountant_class
 from dpcore.accountants.base import EstimateKind
 from dpcore.accountants.pld import PldAccountant
+from dpcore.accountants.shuffled import shuffled_lower_bound
 from dpcore.calibration import calibrate_noise
 from dpcore.errors import DPCoreError, InvalidParameterError
 from dpcore.events import (
     DpEvent,
+    GaussianEvent,
     JLGaussianEvent,
     PoissonSampledEvent,
+    RandomAllocationEvent,
     SelfComposedEvent,
     dpsgd_event,
 )
 from dpcore.validation import check_count, check_delta, check_epsilon
 
-__all__ = ["main"]
+__all__ = ["SAMPLERS", "main"]
+
+#: Values of ``--sampler``.
+SAMPLERS = ("poisson", "balls-in-bins", "shuffle")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -107,6 +119,19 @@ def _build_parser() -> argparse.ArgumentParser:
         help="also account DP-SGD-JL with r random projections (adds the 'jl' row)",
     )
     account.add_argument(
+        "--sampler",
+        choices=SAMPLERS,
+        default="poisson",
+        help="how lots were drawn: poisson (rate q), balls-in-bins (1/q steps per epoch, each "
+        "record in one), shuffle (batches of q N per shuffled epoch; gives a lower bound)",
+    )
+    account.add_argument(
+        "--dataset-size",
+        type=_integer("dataset_size"),
+        default=None,
+        help="N, the number of records (needed by --sampler shuffle)",
+    )
+    account.add_argument(
         "--accountants",
         type=_accountant_list,
         default=list(ACCOUNTANT_NAMES),
@@ -132,16 +157,31 @@ def account_rows(
     delta: float,
     accountants: Sequence[str] = ACCOUNTANT_NAMES,
     jl_dimension: int | None = None,
+    sampler: str = "poisson",
+    dataset_size: int | None = None,
 ) -> list[dict[str, Any]]:
     """One result object per accountant, as printed by ``account --json``.
 
     With ``jl_dimension`` a last row ``jl`` gives the certified interval for DP-SGD-JL with that
-    many projections (Bu et al. 2021), the same steps otherwise.
+    many projections (Bu et al. 2021), the same steps otherwise. ``sampler`` is one of
+    :data:`SAMPLERS` (see the module docstring); an accountant that cannot analyse the sampler's
+    event gets a row with its reason under ``unsupported`` and no epsilon.
     """
+    if sampler not in SAMPLERS:
+        raise InvalidParameterError("sampler", f"in {SAMPLERS}", sampler)
+    if jl_dimension is not None and sampler != "poisson":
+        raise InvalidParameterError(
+            "jl_dimension", "to be unset except with the poisson sampler", jl_dimension
+        )
     event = dpsgd_event(
         sampling_probability=sampling_rate, noise_multiplier=noise_multiplier, steps=steps
     )
     delta = check_delta("delta", delta)
+    if sampler == "balls-in-bins":
+        event = _balls_in_bins_event(sampling_rate, noise_multiplier, steps)
+    lower = None
+    if sampler == "shuffle":
+        lower = _shuffle_row(sampling_rate, noise_multiplier, steps, delta, dataset_size)
     runs: list[tuple[str, DpEvent]] = [(name, event) for name in accountants]
     if jl_dimension is not None:
         step = PoissonSampledEvent(
@@ -153,7 +193,18 @@ def account_rows(
     for name, run_event in runs:
         start = time.perf_counter()
         accountant = accountant_class(name)()
-        if not accountant.supports(run_event):
+        reason = accountant.unsupported_reason(run_event)
+        if reason is not None:
+            if sampler != "poisson":  # say why instead of leaving the accountant out
+                rows.append(
+                    {
+                        "accountant": name,
+                        "kind": accountant.kind.value,
+                        "epsilon": None,
+                        "unsupported": reason,
+                        "seconds": 0.0,
+                    }
+                )
             continue
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -168,9 +219,56 @@ def account_rows(
         row["seconds"] = time.perf_counter() - start
         if caught:
             row["notes"] = [str(item.message) for item in caught]
+        if sampler == "shuffle":  # the number is Poisson's; it bounds nothing here
+            row["valid"] = False
         rows.append(row)
     _flag_clt_understatement(rows)
+    if lower is not None:
+        rows.append(lower)
     return rows
+
+
+def _balls_in_bins_event(rate: float, sigma: float, steps: int) -> DpEvent:
+    """Started epochs of random allocation over 1/q steps (a partial epoch costs a full one)."""
+    per_epoch = round(1 / rate) if rate > 0 else 0
+    if per_epoch < 1 or abs(per_epoch * rate - 1) > 1e-9:
+        raise InvalidParameterError(
+            "sampling_rate",
+            "to be 1 / T for an integer T (steps per epoch) with balls-in-bins",
+            rate,
+        )
+    step = RandomAllocationEvent(per_epoch, GaussianEvent(sigma))
+    return SelfComposedEvent(step, -(-check_count("steps", steps) // per_epoch))
+
+
+def _shuffle_row(
+    rate: float, sigma: float, steps: int, delta: float, dataset_size: int | None
+) -> dict[str, Any]:
+    """The certified lower bound on shuffled DP-SGD (:mod:`dpcore.accountants.shuffled`)."""
+    if dataset_size is None:
+        raise InvalidParameterError(
+            "dataset_size", "to be given (an integer >= 1) with --sampler shuffle", None
+        )
+    n = check_count("dataset_size", dataset_size, minimum=1)
+    batch = round(rate * n)
+    if batch < 1 or abs(batch - rate * n) > 1e-9 * n:
+        raise InvalidParameterError(
+            "sampling_rate", f"to be B / N for an integer batch size B (N = {n})", rate
+        )
+    start = time.perf_counter()
+    bound = shuffled_lower_bound(
+        noise_multiplier=sigma, dataset_size=n, batch_size=batch, steps=steps
+    )
+    return {
+        "accountant": "shuffle",
+        "kind": "lower_bound",
+        "epsilon": _finite(bound.epsilon(delta)),
+        "seconds": time.perf_counter() - start,
+        "notes": [
+            "certified lower bound for shuffled batches (Chua et al. 2024): every valid "
+            "epsilon of this run is at least this"
+        ],
+    }
 
 
 def _flag_clt_understatement(rows: list[dict[str, Any]]) -> None:
@@ -193,7 +291,13 @@ def _format_table(rows: list[dict[str, Any]], delta: float) -> str:
 
     lines = [f"{'accountant':<11} {'epsilon':>21}  {'direction':<29} {'seconds':>8}"]
     for row in rows:
-        if "epsilon_lower" in row:
+        if "unsupported" in row:
+            value, direction = "-", "cannot analyse this sampler"
+        elif row.get("valid") is False:
+            value, direction = number(row["epsilon"]), "Poisson's; not valid here"
+        elif row["kind"] == "lower_bound":
+            value, direction = number(row["epsilon"]), "certified lower bound"
+        elif "epsilon_lower" in row:
             value = f"[{number(row['epsilon_lower'])}, {number(row['epsilon'])}]"
             direction = "interval (certified bounds)"
         elif row["kind"] == EstimateKind.APPROXIMATE.value:
@@ -202,6 +306,11 @@ def _format_table(rows: list[dict[str, Any]], delta: float) -> str:
             value, direction = number(row["epsilon"]), "upper bound"
         lines.append(f"{row['accountant']:<11} {value:>21}  {direction:<29} {row['seconds']:>8.3f}")
     lines.append(f"(epsilon at delta = {delta:g}; add/remove-one neighbouring)")
+    if any(row.get("valid") is False for row in rows):
+        lines.append(
+            "(shuffled batches: the accountants' numbers assume Poisson sampling and bound "
+            "nothing here; the shuffle row is a certified lower bound)"
+        )
     for row in rows:
         for note in row.get("notes", []):
             lines.append(f"note ({row['accountant']}): {note}")
@@ -220,6 +329,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 delta=args.delta,
                 accountants=args.accountants,
                 jl_dimension=args.jl_dimension,
+                sampler=args.sampler,
+                dataset_size=args.dataset_size,
             )
             print(
                 json.dumps(rows, allow_nan=False) if args.json else _format_table(rows, args.delta)

@@ -209,3 +209,65 @@ def test_bad_jl_dimension_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["account", "--sampling-rate", "0.01", "--noise-multiplier", "1", "--steps", "10"]
     assert main([*argv, "--delta", "1e-5", "--jl-dimension", "0"]) == 2
     assert "Expected jl_dimension" in capsys.readouterr().err
+
+
+SHUFFLE = [
+    "account",
+    "--sampling-rate",
+    "0.01",
+    "--noise-multiplier",
+    "1.1",
+    "--steps",
+    "300",
+    "--delta",
+    "1e-5",
+    "--sampler",
+    "shuffle",
+    "--dataset-size",
+    "10000",
+]
+
+
+def test_shuffle_marks_poisson_rows_invalid_and_adds_a_lower_bound(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main([*SHUFFLE, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    by_name = {row["accountant"]: row for row in rows}
+    assert list(by_name)[-1] == "shuffle" and by_name["shuffle"]["kind"] == "lower_bound"
+    assert all(row["valid"] is False for name, row in by_name.items() if name != "shuffle")
+    # Three shuffled epochs leak provably more than the Poisson analysis claims.
+    assert by_name["shuffle"]["epsilon"] > by_name["pld"]["epsilon"]
+    assert main(SHUFFLE) == 0
+    out = capsys.readouterr().out
+    assert "certified lower bound" in out and "not valid here" in out
+
+
+def test_balls_in_bins_rows_say_which_accountants_cannot_analyse_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = [*ACCOUNT[:-2], "--delta", "1e-5", "--sampler", "balls-in-bins", "--json"]
+    assert main(args) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [row["accountant"] for row in rows] == list(ACCOUNTANT_NAMES)
+    for row in rows:
+        assert ("unsupported" in row) == (row["epsilon"] is None)
+    assert any("unsupported" in row for row in rows)
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (SHUFFLE[:-2], "dataset_size to be given"),
+        ([*SHUFFLE[:-1], "333"], "sampling_rate to be B / N"),
+        ([*ACCOUNT, "--sampler", "balls-in-bins", "--sampling-rate", "0.003"], "1 / T"),
+        ([*ACCOUNT, "--sampler", "shuffle", "--jl-dimension", "3"], "jl_dimension"),
+        ([*ACCOUNT, "--sampler", "uniform"], "invalid choice"),
+    ],
+)
+def test_bad_sampler_input_exits_2(
+    args: list[str], fragment: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _run(args) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and err.count("\n") == 1

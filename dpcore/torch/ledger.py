@@ -78,7 +78,9 @@ class PrivacyLedger:
         if sampler not in SAMPLERS:
             raise InvalidParameterError("sampler", f"in {SAMPLERS}", sampler)
         if sampler == "balls_in_bins" and steps_per_epoch is None:
-            raise InvalidParameterError("steps_per_epoch", f"an integer >= 1 for {sampler}", None)
+            raise InvalidParameterError(
+                "steps_per_epoch", f"to be an integer >= 1 for {sampler}", None
+            )
         self.sampler = sampler
         self.steps_per_epoch = (
             None
@@ -114,7 +116,7 @@ class PrivacyLedger:
         if self.sampler == "balls_in_bins" and self._runs and self._runs[-1].event != event:
             raise InvalidParameterError(
                 "noise_multiplier",
-                f"constant under balls-in-bins sampling (the ledger holds {self._runs[-1].event})",
+                f"to stay as recorded under balls-in-bins sampling ({self._runs[-1].event})",
                 event,
             )
         if self._runs and self._runs[-1].event == event:
