@@ -23,6 +23,14 @@ bounded 1-D minimisation, f = 0 (pure basic composition) is always a candidate, 
 split is then re-checked to spend at most the target delta. Every f gives a valid bound, so the
 minimum is one too. With q = 0.01, sigma = 4, T = 10,000 this is the "strong composition" curve
 that Abadi et al. 2016 (Sec. 3.1, Fig. 2) compare the moments accountant against.
+
+At ``target_delta = 0`` there is no slack delta' > 0 for the square-root term, so the answer is
+basic composition's: the sum of the pure epsilons when every step is pure (delta = 0, not
+Gaussian), inf otherwise. (The optimal composition of pure steps at delta = 0 is that sum too:
+all k privacy losses can be at their maximum at once; Kairouz, Oh, Viswanath 2015, Thm 3.3 at
+delta = 0.)
+
+Randomized response and the exponential mechanism are pure steps here, as in basic composition.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from dpcore.events import (
     SelfComposedEvent,
     event_from_dict,
 )
-from dpcore.validation import check_count, check_delta, check_epsilon
+from dpcore.validation import check_count, check_delta_closed, check_epsilon
 
 __all__ = [
     "Approximate",
@@ -180,10 +180,15 @@ class PrivacyAccountant(abc.ABC):
     def get_epsilon(self, target_delta: float) -> float:
         """Epsilon such that everything composed so far is (epsilon, target_delta)-DP.
 
-        Returns ``math.inf`` when no finite epsilon is certified (e.g. a noiseless mechanism),
-        and 0 when nothing private has run.
+        ``target_delta`` is in [0, 1): at 0 the answer is a pure-DP epsilon, finite only where
+        the accountant certifies one (e.g. a composition of pure-DP steps), ``math.inf``
+        otherwise. Returns ``math.inf`` when no finite epsilon is certified (e.g. a noiseless
+        mechanism), and 0 when nothing private has run.
+
+        Raises:
+            InvalidParameterError: ``target_delta`` outside [0, 1) or not a real number.
         """
-        delta = check_delta("target_delta", target_delta)
+        delta = check_delta_closed("target_delta", target_delta)
         epsilon = self._epsilon(delta)
         return self._wrap(max(0.0, epsilon))
 

@@ -15,8 +15,10 @@ Exact parts: an unsampled Gaussian step (or one with q = 1, the same mechanism) 
 (1/sigma)-GDP (Dong, Roth, Su 2019, Thm 2.7), and GDP composes exactly by adding mu^2 (ibid.,
 Cor. 3.3). Step groups with different (q, sigma) add their q^2 T (e^{1/sigma^2} - 1). Epsilon
 and delta come from the exact mu-GDP duality (:func:`~dpcore.mechanisms.gaussian.gdp_epsilon`,
-:func:`~dpcore.mechanisms.gaussian.gdp_delta`). Only Gaussian and Poisson-sampled Gaussian steps
-are supported; anything else raises :class:`~dpcore.errors.UnsupportedEventError`.
+:func:`~dpcore.mechanisms.gaussian.gdp_delta`); at delta = 0 any mu > 0 gives epsilon = inf
+(mu-GDP's delta(epsilon) is positive for every finite epsilon, Dong, Roth, Su 2019, Cor. 2.13).
+Only Gaussian and Poisson-sampled Gaussian steps are supported; anything else raises
+:class:`~dpcore.errors.UnsupportedEventError`.
 """
 
 from __future__ import annotations
@@ -110,6 +112,8 @@ class GdpCltAccountant(PrivacyAccountant):
         )
 
     def _epsilon(self, delta: float) -> float:
+        if delta == 0:  # mu-GDP with mu > 0 is (epsilon, 0)-DP for no finite epsilon
+            return math.inf if self._mu_squared > 0 else 0.0
         return gdp_epsilon(mu=self.mu, delta=delta)
 
     def _delta(self, epsilon: float) -> float:

@@ -3,7 +3,8 @@
 Log moments alpha(lambda) of each step, computed numerically (:mod:`moments_math`) for integer
 lambda = 1..32, add over steps (Thm 2.1, composability); the tail bound gives
 delta = min_lambda exp(alpha(lambda) - lambda epsilon) and, inverted,
-epsilon = min_lambda (alpha(lambda) + log(1/delta)) / lambda.
+epsilon = min_lambda (alpha(lambda) + log(1/delta)) / lambda. At delta = 0 the tail bound
+certifies nothing: epsilon is inf once a noisy step has run (0 before).
 """
 
 from __future__ import annotations
@@ -69,6 +70,8 @@ class MomentsAccountant(PrivacyAccountant):
     def _epsilon(self, delta: float) -> float:
         if not np.any(self._moments > 0):
             return 0.0
+        if delta == 0:  # the tail bound needs log(1/delta): no pure-DP epsilon is certified
+            return math.inf
         lambdas = np.arange(1, self._max_lambda + 1)
         return float(np.min((self._moments + math.log(1 / delta)) / lambdas))
 

@@ -25,6 +25,8 @@ from dpcore.tradeoff.conversion import (
     to_epsilon_delta_curve,
 )
 from dpcore.tradeoff.empirical import from_samples
+from dpcore.tradeoff.gdp_fit import smallest_gdp_mu
+from dpcore.tradeoff.group_privacy import group_privacy
 from dpcore.tradeoff.operations import (
     compose,
     convex_hull,
@@ -47,12 +49,14 @@ __all__ = [
     "convex_hull",
     "from_epsilon_delta_curve",
     "from_samples",
+    "group_privacy",
     "inverse",
     "lower_convex_envelope",
     "minimum_hull",
     "poisson_subsample",
     "polygon_below",
     "self_compose",
+    "smallest_gdp_mu",
     "symmetrise",
     "to_epsilon_delta_curve",
 ]

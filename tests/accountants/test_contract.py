@@ -125,7 +125,6 @@ class TestContract:
     @pytest.mark.parametrize(
         ("bad", "match"),
         [
-            (0.0, "target_delta"),
             (1.0, "target_delta"),
             (math.nan, "target_delta"),
             (-1e-5, "target_delta"),
