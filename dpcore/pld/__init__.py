@@ -12,5 +12,7 @@ in two directions:
   by the true one), with P-mass removed or Q-mass added where needed to land exactly on the grid.
 
 Both directions are closed under composition, so their hockey-stick divergences bracket the true
-delta(epsilon) of any composition.
+delta(epsilon) of any composition. A step that may follow either of two pairs (sampling without
+replacement under replace-one) is dominated by the pair whose delta(epsilon) is the larger of
+theirs (:func:`~dpcore.pld.loss_pmf.max_profile`, again pessimistic).
 """

@@ -18,7 +18,7 @@ from scipy import fft, signal
 from dpcore.errors import InvalidParameterError, ResourceLimitError
 from dpcore.validation import check_count, check_non_negative, check_positive
 
-__all__ = ["LossPmf", "compose_many", "garble_atoms", "split_atoms"]
+__all__ = ["LossPmf", "compose_many", "garble_atoms", "max_profile", "split_atoms"]
 
 #: Tail mass allowed outside the FFT window on each side, per composition (an upper bound via
 #: Chernoff; it is reported in ``error_mass`` and added to delta for the certified bound).
@@ -68,10 +68,24 @@ class LossPmf:
         tail = self.pmf[above] * -np.expm1(epsilon - losses[above])
         return float(min(1.0, self.infinity_mass + tail.sum()))
 
-    def epsilon(self, delta: float) -> float:
-        """Smallest epsilon >= 0 with :meth:`delta` (epsilon) <= ``delta`` (inf if none)."""
-        if delta <= self.infinity_mass:
+    def largest_loss(self) -> float:
+        """The largest loss with positive P-mass: inf with mass at +inf, -inf with no mass."""
+        if self.infinity_mass > 0:
             return math.inf
+        support = np.flatnonzero(self.pmf > 0)
+        if support.size == 0:
+            return -math.inf
+        return float((self.offset + int(support[-1])) * self.grid_spacing)
+
+    def epsilon(self, delta: float) -> float:
+        """Smallest epsilon >= 0 with :meth:`delta` (epsilon) <= ``delta`` (inf if none).
+
+        At ``delta = 0`` this is the largest loss with positive mass (0 if it is negative).
+        """
+        if delta < self.infinity_mass or (delta == self.infinity_mass and delta > 0):
+            return math.inf
+        if delta == 0:
+            return max(0.0, self.largest_loss())
         losses = self.losses()
         # Suffix sums give delta at every grid loss at once. With S[j] = sum_{k>=j} p_k
         # e^{-(l_k - l_j)} (a stable backward recursion, no overflow for large losses),
@@ -270,6 +284,95 @@ def garble_atoms(
         pmf = np.where(fallback, 0.0, pmf)
         pmf[:-1] += moved[1:]
     return LossPmf(h, min_index, np.maximum(pmf, 0.0), infinity)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Profile:
+    """A PLD's hockey-stick curve at every grid loss l_j of a window (a_j = e^{l_j}).
+
+    ``p``: P-masses; ``v``: V_j = a_j Q[L > l_j]; ``level``: the curve, accurate in absolute
+    terms where it is computed from small terms: for l_j >= 0 as
+    delta(l_j) = P[L = inf] + sum_{k > j} p_k (1 - e^{l_j - l_k}), for l_j < 0 as
+    sum_{k <= j} p_k (e^{l_j - l_k} - 1) = delta(l_j) - (P_total - a_j Q_total), i.e. without
+    the part linear in a_j that every pair with the same totals shares.
+    """
+
+    p: np.ndarray
+    v: np.ndarray
+    level: np.ndarray
+
+    @classmethod
+    def of(cls, pmf: LossPmf, start: int, size: int) -> _Profile:
+        h = pmf.grid_spacing
+        p = np.zeros(size)
+        p[pmf.offset - start : pmf.offset - start + pmf.pmf.size] = pmf.pmf
+        # V_j = e^{-h} (V_{j+1} + p_{j+1}): a stable backward recursion, as in LossPmf.epsilon.
+        decay = math.exp(-h)
+        v = decay * signal.lfilter([1.0], [1.0, -decay], np.append(p[1:], 0.0)[::-1])[::-1]
+        above = np.append(np.cumsum(p[::-1])[::-1][1:], 0.0)
+        level = pmf.infinity_mass + np.maximum(above - v, 0.0)
+        # Below loss 0: S_{j+1} = e^h S_j + expm1(h) P[L <= l_j], all terms non-negative.
+        negative = int(np.count_nonzero((start + np.arange(size)) * h < 0))
+        if negative:
+            grow = math.exp(h)
+            below = math.expm1(h) * np.cumsum(p[: negative - 1])
+            tail = signal.lfilter([1.0], [1.0, -grow], np.concatenate([[0.0], below]))
+            level[:negative] = tail
+        return cls(p, v, level)
+
+
+def max_profile(first: LossPmf, second: LossPmf, *, certify: bool = True) -> LossPmf:
+    """A grid PLD whose delta(eps) is the larger of the two at every grid loss eps.
+
+    With a = e^eps, delta is convex and piecewise linear in a, with kinks at grid losses only;
+    the result interpolates max(delta_first, delta_second), a convex function, linearly in a
+    between grid losses, which lies above it. So the result dominates both pairs (its tradeoff
+    curve is below both: the convex hull of their minimum, up to the grid), and it is again a
+    grid PLD: on each grid cell its slope is -Q[L > l_j] of the winner (or the chord where the
+    winner changes), and the slope change at a grid loss l_j is its Q-mass, e^{l_j} times that
+    its P-mass. For a pair and its reverse this is the symmetrised curve min{f, f^-1}** of
+    Dong, Roth, Su 2019 (the C_p(f) of their subsampling theorem, Thm 4.2). Both PLDs must share the
+    grid. Below loss 0 the winner is decided by the small terms only, as if the totals were
+    equal (for probability pairs they differ by rounding and far-tail mass), and the difference
+    of the totals is added to ``error_mass`` (unless ``certify`` is False: for optimistic
+    PLDs, whose totals fall short by the mass they drop, the result is then only an estimate).
+    """
+    h = first.grid_spacing
+    if not math.isclose(second.grid_spacing, h, rel_tol=1e-12):
+        spacings = sorted({first.grid_spacing, second.grid_spacing})
+        raise InvalidParameterError("grid_spacing", "equal for both PLDs", spacings)
+    start = min(first.offset, second.offset) - 1
+    stop = max(first.offset + first.pmf.size, second.offset + second.pmf.size) + 1
+    size = stop - start
+    a, b = _Profile.of(first, start, size), _Profile.of(second, start, size)
+    gap = a.level - b.level  # delta_first - delta_second at each grid loss
+    take_a = gap >= 0
+    scale = math.expm1(h)
+    # V of the interpolant on the cell [l_j, l_{j+1}]: the winner's own V_j, plus, where the
+    # winner changes from X to Y, (delta_X - delta_Y)(l_j) / expm1(h) (the chord).
+    winner_next = take_a[1:]
+    v = np.where(winner_next, a.v[:-1], b.v[:-1])
+    switch = take_a[:-1] != take_a[1:]
+    v = v + np.where(switch, np.abs(gap[:-1]) / scale, 0.0)
+    v = np.append(v, 0.0)  # nothing lies above the last grid loss
+    pmf = np.zeros(size)
+    pmf[1:] = math.exp(h) * v[:-1] - v[1:]
+    # Where one pmf wins on both sides of a grid loss, its own mass is exact there. The lowest
+    # grid loss lies below both supports, where the curves coincide: no mass.
+    interior = np.zeros(size, dtype=bool)
+    interior[1:-1] = ~switch[:-1] & ~switch[1:]
+    pmf = np.where(interior, np.where(take_a, a.p, b.p), pmf)
+    pmf[0] = 0.0
+    infinity = max(first.infinity_mass, second.infinity_mass)
+    # Below loss 0 the winner was chosen as if the totals were equal; a curve there is off by
+    # at most the difference of the P totals plus that of the Q totals (a_j < 1): error mass.
+    totals = [
+        (float(x.pmf.sum()) + x.infinity_mass, float(x.pmf @ np.exp(-x.losses())))
+        for x in (first, second)
+    ]
+    mismatch = abs(totals[0][0] - totals[1][0]) + abs(totals[0][1] - totals[1][1])
+    error = max(first.error_mass, second.error_mass) + (mismatch if certify else 0.0)
+    return LossPmf(h, start, np.maximum(pmf, 0.0), infinity, error)
 
 
 def _log_mgf(pmf: LossPmf, order: float) -> float:

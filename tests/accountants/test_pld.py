@@ -16,6 +16,7 @@ from dpcore.events import (
     GaussianEvent,
     LaplaceEvent,
     PoissonSampledEvent,
+    RandomizedResponseEvent,
     SampledWithoutReplacementEvent,
     dpsgd_event,
 )
@@ -141,7 +142,7 @@ def test_refuses_sampling_without_replacement() -> None:
     assert not accountant.supports(event)
     with pytest.raises(UnsupportedEventError, match="SampledWithoutReplacementEvent"):
         accountant.compose(event)
-    assert not accountant.supports(PoissonSampledEvent(0.1, LaplaceEvent(1.0)))
+    assert not accountant.supports(PoissonSampledEvent(0.1, RandomizedResponseEvent(0.5, 4)))
 
 
 @pytest.mark.parametrize(
