@@ -30,6 +30,7 @@ from reproductions.bu2021_jl import speed_report as jl_speed_report
 from reproductions.bu2021_jl import summary as jl_summary
 from reproductions.erm import compute as erm_compute
 from reproductions.erm import plot as erm_plot
+from reproductions.samplers import table as sampler_table
 
 #: name -> (compute, plot); compute takes the profile name.
 REPRODUCTIONS: dict[str, tuple[Callable[[str], None], Callable[[], None]]] = {
@@ -48,6 +49,7 @@ REPRODUCTIONS: dict[str, tuple[Callable[[str], None], Callable[[], None]]] = {
     # after bu2021_jl_speed: its figure reads the speed results
     "bu2021_jl_summary": (jl_summary.compute, jl_summary.plot),
     "erm": (erm_compute, erm_plot),
+    "samplers": (sampler_table.compute, sampler_table.plot),
     # last: reads every saved result above (the full profiles' committed ones included)
     "scoreboard": (scoreboard.compute, scoreboard.plot),
 }

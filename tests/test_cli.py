@@ -253,6 +253,7 @@ def test_balls_in_bins_rows_say_which_accountants_cannot_analyse_it(
     for row in rows:
         assert ("unsupported" in row) == (row["epsilon"] is None)
     assert any("unsupported" in row for row in rows)
+    assert next(row for row in rows if row["accountant"] == "rdp")["epsilon"] > 0
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,12 @@ from torch import nn
 
 from dpcore.errors import InvalidParameterError
 from dpcore.torch.errors import IncompatibleModelError, NonFiniteGradientError
-from dpcore.torch.samplers import PoissonMismatchWarning, PoissonSampler, ShuffledBatchSampler
+from dpcore.torch.samplers import (
+    BallsInBinsSampler,
+    PoissonMismatchWarning,
+    PoissonSampler,
+    ShuffledBatchSampler,
+)
 from dpcore.torch.training import DPTrainer, accuracy
 
 FALSE_REJECTION = 1e-5
@@ -140,6 +145,29 @@ def test_shuffled_batches_are_flagged_in_the_statement() -> None:
     assert statement["matches_poisson_analysis"] is False
     assert "epsilon" not in statement
     assert statement["epsilon_if_poisson_sampled"]["rdp"]["epsilon"] > 0
+    lower = statement["shuffled_epsilon_lower_bound"]
+    assert lower["kind"] == "lower_bound" and lower["epsilon"] > 0
+
+
+def test_balls_in_bins_is_accounted_per_epoch_and_resumes(tmp_path: Path) -> None:
+    def build() -> DPTrainer:
+        return _trainer(sampler=BallsInBinsSampler(64, steps_per_epoch=4, seed=0))
+
+    straight = build()
+    straight.train(steps=6, delta=1e-5, progress=False)
+    first = build()
+    first.train(steps=3, delta=1e-5, progress=False)
+    first.save_checkpoint(tmp_path / "run.pt")
+    resumed = build()
+    resumed.load_checkpoint(tmp_path / "run.pt")
+    resumed.train(steps=3, delta=1e-5, progress=False)
+    assert resumed.ledger == straight.ledger
+    for a, b in zip(resumed.model.parameters(), straight.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+    statement = straight.privacy_statement(delta=1e-5)
+    assert statement["sampler"] == "balls_in_bins"
+    assert statement["epsilon"]["rdp"]["epsilon"] > 0
+    assert "unsupported" in statement["epsilon"]["pld"]  # named, not silently skipped
 
 
 def test_jl_steps_are_recorded_and_not_accounted_as_gaussian() -> None:
