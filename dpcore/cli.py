@@ -39,7 +39,7 @@ from dpcore.events import (
     SelfComposedEvent,
     dpsgd_event,
 )
-from dpcore.validation import check_count, check_delta, check_epsilon
+from dpcore.validation import check_count, check_delta_closed, check_epsilon
 
 __all__ = ["SAMPLERS", "main"]
 
@@ -100,7 +100,10 @@ def _build_parser() -> argparse.ArgumentParser:
             "--steps", type=_integer("steps"), required=True, help="number of noisy steps T >= 0"
         )
         sub.add_argument(
-            "--delta", type=_real("delta"), required=True, help="target delta in (0, 1)"
+            "--delta",
+            type=_real("delta"),
+            required=True,
+            help="target delta in [0, 1) (0: pure DP, finite only for pure-DP steps)",
         )
         sub.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -176,7 +179,7 @@ def account_rows(
     event = dpsgd_event(
         sampling_probability=sampling_rate, noise_multiplier=noise_multiplier, steps=steps
     )
-    delta = check_delta("delta", delta)
+    delta = check_delta_closed("delta", delta)
     if sampler == "balls-in-bins":
         event = _balls_in_bins_event(sampling_rate, noise_multiplier, steps)
     lower = None

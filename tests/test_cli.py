@@ -105,9 +105,9 @@ def _run(args: list[str]) -> int:
         ("--noise-multiplier", "nan", "noise_multiplier"),
         ("--steps", "2.5", "steps to be an integer"),
         ("--steps", "-3", "count >= 0"),
-        ("--delta", "0", "delta in (0, 1)"),
-        ("--delta", "1.5", "delta in (0, 1)"),
-        ("--delta", "inf", "delta in (0, 1)"),
+        ("--delta", "-0.1", "delta in [0, 1)"),
+        ("--delta", "1.5", "delta in [0, 1)"),
+        ("--delta", "inf", "delta in [0, 1)"),
         ("--accountants", "magic", "accountants in"),
     ],
 )
@@ -272,3 +272,12 @@ def test_bad_sampler_input_exits_2(
     assert _run(args) == 2
     err = capsys.readouterr().err
     assert fragment in err and err.count("\n") == 1
+
+
+def test_delta_zero_is_infinite_for_gaussian_steps(capsys: pytest.CaptureFixture[str]) -> None:
+    # A Gaussian step has unbounded privacy loss: no finite pure-DP epsilon (any accountant).
+    args = list(ACCOUNT)
+    args[args.index("--delta") + 1] = "0"
+    assert main([*args, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows and all(row["epsilon"] is None for row in rows)
