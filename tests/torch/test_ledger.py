@@ -92,7 +92,9 @@ def test_balls_in_bins_ledger_composes_one_random_allocation_per_started_epoch()
     assert ledger.has_valid_analysis and not ledger.matches_poisson_analysis
     again = PrivacyLedger.from_state_dict(json.loads(json.dumps(ledger.state_dict())))
     assert again == ledger and again.event() == ledger.event()
-    with pytest.raises(InvalidParameterError, match="Expected noise_multiplier to stay as recorded"):
+    with pytest.raises(
+        InvalidParameterError, match="Expected noise_multiplier to stay as recorded"
+    ):
         ledger.record(sampling_probability=0.1, noise_multiplier=2.0)
     with pytest.raises(InvalidParameterError, match="Expected steps_per_epoch"):
         PrivacyLedger(dataset_size=100, sampler="balls_in_bins")
