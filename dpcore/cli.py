@@ -176,7 +176,7 @@ def account_rows(
         raise InvalidParameterError(
             "jl_dimension", "to be unset except with the poisson sampler", jl_dimension
         )
-    event = dpsgd_event(
+    event: DpEvent = dpsgd_event(
         sampling_probability=sampling_rate, noise_multiplier=noise_multiplier, steps=steps
     )
     delta = check_delta_closed("delta", delta)

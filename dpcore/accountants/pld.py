@@ -449,11 +449,11 @@ class PldAccountant(PrivacyAccountant):
             return _Model((pair, pair), None, _grid_width(pair), (False, False))
         if isinstance(event, ExponentialMechanismEvent):
             epsilon = k * event.epsilon
-            pair = bounded_range_pair(epsilon=epsilon)
+            bounded = bounded_range_pair(epsilon=epsilon)
             # Attained: two outcomes with utilities (k Delta, 0) on one dataset and (0, k Delta)
             # on the other give the randomized-response pair with losses +-epsilon/2.
             floor = epsilon_delta_atoms(epsilon=epsilon / 2, delta=0.0)
-            return _Model((pair, pair), (floor, floor), _grid_width(pair), (False, False))
+            return _Model((bounded, bounded), (floor, floor), _grid_width(bounded), (False, False))
         if isinstance(event, MixtureOfGaussiansEvent):
             sigma = min(event.noise_multiplier, SIGMA_HUGE)
             remove, add = mixture_of_gaussians_pairs(
@@ -550,13 +550,15 @@ class PldAccountant(PrivacyAccountant):
 
     def _step_pmfs(self, event: DpEvent, spacing: float) -> list[_Direction]:
         """[(pessimistic, optimistic)] for the remove and add directions of one step."""
-        return self._step_cached(event, spacing)[0]
+        pmfs: list[_Direction] = self._step_cached(event, spacing)[0]
+        return pmfs
 
     def _step_floor(self, event: DpEvent, spacing: float) -> list[LossPmf] | None:
         """Certified lower-end PLDs per direction, where they differ from the optimistic ones."""
         if self._model(event) is None:
             return None
-        return self._step_cached(event, spacing)[1]
+        floors: list[LossPmf] | None = self._step_cached(event, spacing)[1]
+        return floors
 
     def _loss_range(self) -> float:
         """Width of the widest single-step loss grid among the composed events."""

@@ -246,7 +246,7 @@ def _remove_log_moments(sigma: float, num_steps: int, degree: int) -> np.ndarray
             base, err_base = _log_poly_mul(base, err_base, base, err_base, triangle)
     log_moment = log_fact + result
     allowance = err_result + 8 * _UNIT * (log_fact + np.abs(result) + k)
-    bound = log_moment + allowance
+    bound: np.ndarray = np.asarray(log_moment + allowance)
     bound.setflags(write=False)  # cached: shared between callers
     return bound
 
@@ -327,7 +327,7 @@ def _log_l_moment_bound(v: np.ndarray, s: float) -> np.ndarray:
         :, None
     ]
     best = values.min(axis=1)
-    return best + 1e-12 * (1 + np.abs(best))
+    return np.asarray(best + 1e-12 * (1 + np.abs(best)))
 
 
 def _log_g_bounds(sigma: float, num_steps: int, u: np.ndarray) -> np.ndarray:
@@ -397,7 +397,7 @@ def _log_g_bounds(sigma: float, num_steps: int, u: np.ndarray) -> np.ndarray:
         value = num_steps * (vl + log_l) + num_steps * 4 * _UNIT * (vl + np.abs(log_l))
         log_g[index] = np.minimum(value, u[index])  # L <= 1
     log_g = np.minimum.accumulate(log_g[::-1])[::-1]  # G is non-decreasing
-    return np.maximum(log_g, 0.0)  # G >= 1
+    return np.asarray(np.maximum(log_g, 0.0))  # G >= 1
 
 
 def _log_gamma_mass(b: int, x1: np.ndarray, x2: np.ndarray) -> np.ndarray:
@@ -532,4 +532,4 @@ def random_allocation_gaussian_rdp(
     value; inf for sigma = 0 and for order inf.
     """
     steps, sigma, values = _check_inputs(num_steps, noise_multiplier, orders)
-    return np.maximum(_remove_rdp(sigma, steps, values), _add_rdp(sigma, steps, values))
+    return np.asarray(np.maximum(_remove_rdp(sigma, steps, values), _add_rdp(sigma, steps, values)))

@@ -752,7 +752,7 @@ def exponential_mechanism_rdp(*, epsilon: float, orders: np.ndarray) -> np.ndarr
     if epsilon == 0:
         return np.zeros(orders.shape)
     bounded_range = orders * (epsilon * epsilon) / 8
-    return np.minimum(pure_dp_rdp(epsilon=epsilon, orders=orders), bounded_range)
+    return np.asarray(np.minimum(pure_dp_rdp(epsilon=epsilon, orders=orders), bounded_range))
 
 
 #: Largest number of multinomial terms summed for one integer order of a Gaussian mixture.

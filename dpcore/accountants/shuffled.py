@@ -67,12 +67,12 @@ def _log_cdf_max(
     with np.errstate(divide="ignore"):  # where the survival form is not used it may be -inf
         survival = np.log1p(-(rest * special.ndtr(-z) + steps * weight * special.ndtr(-z_shift)))
     last = np.where(z_shift > 0, survival, direct)
-    return (steps - 1) * special.log_ndtr(z) + last
+    return np.asarray((steps - 1) * special.log_ndtr(z) + last)
 
 
 def _cell_masses(log_cdf: np.ndarray) -> np.ndarray:
     """Masses of consecutive cells from log CDF values: F_i (e^{log F_{i+1} - log F_i} - 1)."""
-    return np.exp(log_cdf[:-1]) * np.expm1(np.diff(log_cdf))
+    return np.asarray(np.exp(log_cdf[:-1]) * np.expm1(np.diff(log_cdf)))
 
 
 def epoch_pmf(

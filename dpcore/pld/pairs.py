@@ -137,7 +137,9 @@ class AtomPair:
         )
 
 
-def _atom_pair(p_masses: Sequence[float], q_masses: Sequence[float]) -> AtomPair:
+def _atom_pair(
+    p_masses: Sequence[float] | np.ndarray, q_masses: Sequence[float] | np.ndarray
+) -> AtomPair:
     """An :class:`AtomPair` whose reach is its largest finite |loss|."""
     p, q = np.asarray(p_masses, dtype=float), np.asarray(q_masses, dtype=float)
     finite = (p > 0) & (q > 0)
@@ -160,7 +162,7 @@ def _log_exp_minus(values: np.ndarray, zero: float, positive: float) -> np.ndarr
         ratio = zero * np.exp(-values)
         far = values + np.log1p(-ratio)
         near = np.log(np.expm1(np.minimum(values, 1.0)) + positive)
-        return np.where(ratio < 0.5, far, near)
+        return np.asarray(np.where(ratio < 0.5, far, near))
 
 
 # ------------------------------------------------------------------ mixtures of Gaussians
@@ -245,7 +247,7 @@ class _Mixture:
 
     def _root(self, r: np.ndarray) -> np.ndarray:
         a, b = self.slopes[:, None], self.intercepts[:, None]
-        x = np.min((r[None, :] - b) / a, axis=0)
+        x: np.ndarray = np.min((r[None, :] - b) / a, axis=0)
         if self.slopes.size == 1:
             return x
         low = np.min((r[None, :] - math.log(self.positive) + self.halves[:, None]) / a, axis=0)
@@ -403,7 +405,9 @@ def laplace_pair(*, noise_multiplier: float) -> GridPair:
 def _laplace_cdf(z: np.ndarray) -> np.ndarray:
     """CDF of the standard Laplace distribution at z (accurate in the lower tail; the upper tail
     is computed as the CDF at -z where it matters)."""
-    return np.where(z < 0, 0.5 * np.exp(np.minimum(z, 0.0)), 1 - 0.5 * np.exp(-np.abs(z)))
+    return np.asarray(
+        np.where(z < 0, 0.5 * np.exp(np.minimum(z, 0.0)), 1 - 0.5 * np.exp(-np.abs(z)))
+    )
 
 
 def subsampled_laplace_pairs(
@@ -582,10 +586,12 @@ def bounded_range_pair(*, epsilon: float) -> GridPair:
 
     def log_expm1(x: np.ndarray) -> np.ndarray:
         with np.errstate(divide="ignore"):
-            return np.where(
-                x > 30.0,
-                x + np.log1p(-np.exp(-np.minimum(x, 700.0))),
-                np.log(np.expm1(np.minimum(x, 30.0))),
+            return np.asarray(
+                np.where(
+                    x > 30.0,
+                    x + np.log1p(-np.exp(-np.minimum(x, 700.0))),
+                    np.log(np.expm1(np.minimum(x, 30.0))),
+                )
             )
 
     log_norm = float(log_expm1(np.array([epsilon]))[0])
