@@ -6,15 +6,15 @@ costs at least: an epsilon that some pair of neighbouring datasets provably reac
 valid guarantee for the shuffled run is at least this large.
 
 The pair (Chua, Ghazi, Kamath, Kumar, Manurangsi, Sinha, Zhang, "How Private are DP-SGD
-Implementations?", ICML 2024, arXiv 2403.17673, Sec. 4): a one-parameter linear model whose
-per-example gradients are constants in [-1, 1] (clipping norm 1), so the noisy gradient sums
-are a post-processing of the iterates and vice versa. Every record but one has gradient -1; the
-differing record has gradient +1 in D and is replaced by one with gradient 0 in D' (the zero-out
-neighbour, under which Poisson subsampling has exactly its add/remove analysis). After adding
-B per batch, an epoch of s steps outputs ``N(0, sigma^2 I_s)`` except in the batch that holds
-the differing record, which has mean 2 (D) or 1 (D'); that batch is uniform among the s steps,
-and with N not a multiple of B the record sits in none of them with probability
-``r = 1 - s B / N`` (it was among the dropped remainder). So one epoch is the pair
+Implementations?", ICML 2024, arXiv 2403.17673; their "cube" lower bound): a one-parameter
+linear model whose per-example gradients are constants in [-1, 1] (clipping norm 1), so the
+noisy gradient sums are a post-processing of the iterates and vice versa. Every record but one
+has gradient -1; the differing record has gradient +1 in D and is replaced by one with gradient
+0 in D' (the zero-out neighbour, under which Poisson subsampling has exactly its add/remove
+analysis). After adding B per batch, an epoch of s steps outputs ``N(0, sigma^2 I_s)`` except in
+the batch that holds the differing record, which has mean 2 (D) or 1 (D'); that batch is uniform
+among the s steps, and with N not a multiple of B the record sits in none of them with
+probability ``r = 1 - s B / N`` (it was among the dropped remainder). So one epoch is the pair
 
     P = r N(0, sigma^2 I) + (B/N) sum_t N(2 e_t, sigma^2 I),
     Q = r N(0, sigma^2 I) + (B/N) sum_t N(e_t, sigma^2 I),

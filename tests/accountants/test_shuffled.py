@@ -4,7 +4,7 @@ Independent references: the Gaussian mechanism's exact delta(epsilon) (Balle & W
 Thm. 8), which one step with a single batch reduces to and which bounds every epoch from above
 (the shuffled pair is the deterministic-batch pair after a random permutation, a
 post-processing); and single "cube" events {max_t x_t > c}, whose P - e^eps Q any lower bound
-built from the whole statistic must reach (Chua et al. 2024, arXiv 2403.17673, Sec. 4).
+built from the whole statistic must reach (Chua et al. 2024, arXiv 2403.17673).
 """
 
 from __future__ import annotations
