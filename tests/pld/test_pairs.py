@@ -10,26 +10,12 @@ import pytest
 
 from dpcore.mechanisms.gaussian import gaussian_delta
 from dpcore.pld.pairs import epsilon_delta_pair, laplace_pair, subsampled_gaussian_pairs
+from tests.pld.oracle import hockey_stick
 
 SPACING = 1e-3
 
 
-def _hockey_stick(p_pdf, q_pdf, epsilon: float, points: list[float]) -> float:
-    """Independent oracle: mpmath quadrature of the integral of (p - e^eps q)_+.
-
-    The integrand has a kink where p = e^eps q; that point is located by bisection on the pdf
-    difference (the likelihood ratios here are monotone) and given to the quadrature.
-    """
-    mpmath.mp.dps = 30
-    gap = lambda x: p_pdf(x) - mpmath.e**epsilon * q_pdf(x)  # noqa: E731
-    low, high = mpmath.mpf(-60), mpmath.mpf(60)
-    if gap(low) * gap(high) < 0:
-        for _ in range(200):
-            middle = (low + high) / 2
-            low, high = (middle, high) if gap(middle) * gap(low) > 0 else (low, middle)
-        points = sorted([*points, float(low)])
-    integrand = lambda x: max(gap(x), 0)  # noqa: E731
-    return float(mpmath.quad(integrand, [-mpmath.inf, *points, mpmath.inf]))
+_hockey_stick = hockey_stick
 
 
 def _normal(mean: float, sigma: float):

@@ -25,6 +25,7 @@ from dpcore.pld.pairs import (
     subsampled_gaussian_pairs,
     subsampled_laplace_pairs,
 )
+from tests.pld.oracle import hockey_stick
 
 SPACING = 1e-3
 
@@ -34,21 +35,7 @@ def _discrete_delta(p: np.ndarray, q: np.ndarray, epsilon: float) -> float:
     return float(np.maximum(np.asarray(p) - math.exp(epsilon) * np.asarray(q), 0.0).sum())
 
 
-def _hockey_stick(p_pdf, q_pdf, epsilon: float, points: list[float]) -> float:
-    """mpmath quadrature of the integral of (p - e^eps q)_+ (likelihood ratio monotone).
-
-    The kink where p = e^eps q is located by bisection and handed to the quadrature.
-    """
-    mpmath.mp.dps = 20
-    gap = lambda x: p_pdf(x) - mpmath.e**epsilon * q_pdf(x)  # noqa: E731
-    low, high = mpmath.mpf(-40), mpmath.mpf(40)
-    if gap(low) * gap(high) < 0:
-        for _ in range(70):
-            middle = (low + high) / 2
-            low, high = (middle, high) if gap(middle) * gap(low) > 0 else (low, middle)
-        points = sorted([*points, float(low)])
-    integrand = lambda x: max(gap(x), 0)  # noqa: E731
-    return float(mpmath.quad(integrand, [-mpmath.inf, *points, mpmath.inf]))
+_hockey_stick = hockey_stick
 
 
 _PMFS: dict[tuple[int, float], tuple] = {}
