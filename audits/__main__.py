@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from audits.implementations import table as implementations
 from audits import (
     clt_check,
     dpsgd_jl,
@@ -32,6 +33,7 @@ AUDITS: dict[str, tuple[Callable[[], Any], Callable[[], None]]] = {
     "sampler_audit": (sampler_audit.run, sampler_audit.write_report),
     "one_run": (one_run.run, one_run.write_report),
     "membership": (membership.run, membership.write_report),
+    "implementations": (implementations.run, implementations.write_report),
 }
 
 

@@ -45,7 +45,7 @@ from torch import nn
 from audits.results_io import RESULTS, load, save
 from dpcore.accountants import GdpCltAccountant, PldAccountant, RdpAccountant
 from dpcore.accountants.rdp import OrderGridEdgeWarning
-from dpcore.auditing import threshold_sweep_lower_bound
+from dpcore.auditing.stepwise import composed_lower_bound, distinguish
 from dpcore.calibration import calibrate_noise
 from dpcore.events import dpsgd_event
 from dpcore.torch.noise import SeededGaussianNoise
@@ -234,57 +234,6 @@ def upper_bounds(q: float, sigma: float, steps: int, delta: float) -> dict[str, 
     pld = PldAccountant().compose(event).get_epsilon_interval(delta)
     clt = float(GdpCltAccountant().compose(event).get_epsilon(delta))
     return {"rdp": rdp, "pld": pld.upper, "pld_lower": pld.lower, "gdp_clt (approximate)": clt}
-
-
-def composed_lower_bound(q: float, mu_lower: float, steps: int, delta: float) -> float:
-    """epsilon_lb: lower end of the PLD interval of DP-SGD(q, 1 / mu_lb, T) (0 if mu_lb = 0)."""
-    if mu_lower <= 0:
-        return 0.0
-    # Below sigma = 0.05 the PLD grid is needlessly fine; sigma_emp is only made larger (the
-    # bound smaller, still valid) by the floor.
-    sigma = max(1.0 / mu_lower, 0.05)
-    event = dpsgd_event(sampling_probability=q, noise_multiplier=sigma, steps=steps)
-    return float(PldAccountant().compose(event).get_epsilon_interval(delta).lower)
-
-
-def distinguish(
-    negative: np.ndarray,
-    positive: np.ndarray,
-    *,
-    delta: float,
-    confidence: float,
-    held_out_fraction: float,
-    seed: int,
-) -> tuple[float, float]:
-    """(mu_lb, threshold): threshold chosen on a held-out part, mu_lb on the rest.
-
-    Scores are shuffled (seeded) before the split. The threshold grid covers both tails of the
-    held-out negatives; the chosen threshold is then evaluated once on the remaining scores with
-    the GDP route (Clopper–Pearson, union bound), so mu_lb holds at ``confidence``.
-    """
-    rng = np.random.default_rng(seed)
-    negative, positive = rng.permutation(negative), rng.permutation(positive)
-    cut_n, cut_p = int(held_out_fraction * negative.size), int(held_out_fraction * positive.size)
-    levels = np.concatenate([np.geomspace(1e-3, 0.5, 25), 1 - np.geomspace(1e-3, 0.5, 25)])
-    grid = np.quantile(negative[:cut_n], 1 - levels)
-    chosen = threshold_sweep_lower_bound(
-        scores_negative=negative[:cut_n],
-        scores_positive=positive[:cut_p],
-        thresholds=grid,
-        delta=delta,
-        confidence=confidence,
-        route="gdp",
-    )
-    threshold = chosen.threshold if chosen.threshold is not None else float(np.median(grid))
-    bound = threshold_sweep_lower_bound(
-        scores_negative=negative[cut_n:],
-        scores_positive=positive[cut_p:],
-        thresholds=[threshold],
-        delta=delta,
-        confidence=confidence,
-        route="gdp",
-    )
-    return float(bound.mu_lower or 0.0), float(threshold)
 
 
 def audit_one(

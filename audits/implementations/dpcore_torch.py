@@ -1,0 +1,95 @@
+"""dpcore's own DP-SGD behind the audit contract, used as a user would: ``LotLoader`` +
+``make_private`` + ``optimizer.step(micro)`` (the records carry their index so that the adapter
+can report each lot; the index never reaches the model)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+from dpcore.auditing.implementation import AuditTask, Claim, Observer
+from dpcore.torch.loaders import LotLoader
+from dpcore.torch.private import make_private
+from dpcore.torch.samplers import PoissonMismatchWarning, ShuffledBatchSampler
+
+
+def squared_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The audit task's per-example loss (z - y)^2 / 2."""
+    return 0.5 * (outputs.squeeze(-1) - targets) ** 2
+
+
+def linear_model(task: AuditTask) -> nn.Linear:
+    """The audit task's model: linear, no bias, at the task's initial weight (float32)."""
+    model = nn.Linear(task.dimension, 1, bias=False)
+    with torch.no_grad():
+        model.weight.copy_(torch.from_numpy(task.initial_weight).reshape(1, -1))
+    return model
+
+
+@dataclasses.dataclass
+class DpcoreTorch:
+    """dpcore (torch): Poisson lots (``sampler="poisson"``) or, as a contrast, shuffled batches."""
+
+    sampler: str = "poisson"
+
+    @property
+    def name(self) -> str:
+        return f"dpcore torch ({self.sampler} sampling)"
+
+    def train(self, task: AuditTask, observer: Observer) -> Claim:
+        torch.manual_seed(task.seed)
+        x, y = torch.from_numpy(task.features), torch.from_numpy(task.targets)
+        dataset = TensorDataset(x, y, torch.arange(task.dataset_size))
+        if self.sampler == "poisson":
+            loader = LotLoader(dataset, sampling_probability=task.sampling_probability, seed=task.seed)
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", PoissonMismatchWarning)
+                sampler = ShuffledBatchSampler(
+                    task.dataset_size, batch_size=task.batch_size, seed=task.seed
+                )
+                loader = LotLoader(dataset, sampler=sampler)
+        model = linear_model(task)
+        model, optimizer, loader = make_private(
+            model,
+            torch.optim.SGD(model.parameters(), lr=task.learning_rate),
+            loader,
+            loss_fn=squared_loss,
+            max_grad_norm=task.max_grad_norm,
+            noise_multiplier=task.noise_multiplier,
+            engine="fast",
+            split=lambda batch: (batch[0], batch[1]),
+            seed=task.seed,
+        )
+        used: list[np.ndarray] = []
+        while optimizer.ledger.steps < task.steps:
+            for micro in loader:
+                if micro.data is not None:
+                    used.append(micro.data[2].numpy())
+                if optimizer.step(micro) is not None:
+                    observer.step(model.weight.detach().numpy(), np.concatenate(used or [[]]))
+                    used = []
+                    if optimizer.ledger.steps == task.steps:
+                        break
+        divisor = loader.sampler.expected_lot_size
+        return Claim(
+            implementation=self.name,
+            sampler=self.sampler,
+            accounting_assumes="poisson",
+            sampling_probability=task.sampling_probability,
+            noise_multiplier=task.noise_multiplier,
+            max_grad_norm=task.max_grad_norm,
+            steps=task.steps,
+            delta=task.delta,
+            divisor=float(divisor) if math.isfinite(divisor) else float(task.batch_size),
+            epsilon=optimizer.epsilon(delta=task.delta, accountant="pld")
+            if task.report_epsilon
+            else None,
+            accountant="dpcore pld (certified upper)",
+        )

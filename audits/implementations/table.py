@@ -1,0 +1,208 @@
+"""The implementation audits: every adapter x every audit, over seeds; results and README table.
+
+``python -m audits --only implementations`` (part of ``nox -s audit``) writes
+``audits/results/implementations.json`` (``{"rows": [...]}``, one row per implementation and
+audit, seeds summarised), ``implementations_seeds.json`` (every seed's row) and the README table
+between its markers. Each (implementation, seed) is appended to a partial file as it finishes, so
+a killed run resumes where it stopped.
+
+Implementations: dpcore (Poisson lots), Opacus 1.6 with Poisson sampling and with its loader's
+shuffled batches, TF Privacy 0.9 (``model.fit``), a hand-written torch loop, and the hand-written
+loop with each planted bug (:mod:`audits.implementations.plain_torch`). The correct ones run
+``seeds`` seeds (soundness: the exceedances must stay within what 95% allows); the planted bugs
+``bug_seeds``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from audits.implementations.dpcore_torch import DpcoreTorch
+from audits.implementations.opacus_adapter import Opacus
+from audits.implementations.plain_torch import PLANTED_BUGS, PlainTorchDpSgd
+from audits.implementations.tf_privacy import TfPrivacy
+from audits.results_io import RESULTS, ROOT
+from dpcore.auditing.implementation import Claim, Implementation
+from dpcore.auditing.implementation_audits import (
+    AuditNotApplicable,
+    AuditSettings,
+    one_run_audit,
+    sampler_audit,
+    seeds_verdict,
+    whitebox_audit,
+)
+from dpcore.provenance import provenance
+from reproductions.common import write_between_markers
+
+README = ROOT / "README.md"
+MARKERS = ("<!-- implementation-audits:start -->", "<!-- implementation-audits:end -->")
+AUDIT_ORDER = ("whitebox_per_step", "noise_calibration", "one_run", "sampler")
+
+
+@dataclasses.dataclass(frozen=True)
+class ImplementationsConfig:
+    """Settings of the implementation audits (sigma calibrated to each target epsilon by PLD)."""
+
+    per_step: AuditSettings = AuditSettings(steps=50, runs=20)
+    one_run: AuditSettings = AuditSettings(target_epsilon=2.0, steps=100)
+    seeds: int = 20
+    bug_seeds: int = 3
+
+
+def implementations() -> list[tuple[Implementation, bool]]:
+    """(implementation, is it a planted bug)."""
+    correct: list[Implementation] = [
+        DpcoreTorch(),
+        Opacus(poisson_sampling=True),
+        Opacus(poisson_sampling=False),
+        TfPrivacy(),
+        PlainTorchDpSgd(),
+    ]
+    return [(i, False) for i in correct] + [(PlainTorchDpSgd(b), True) for b in PLANTED_BUGS]
+
+
+def seed_rows(
+    implementation: Implementation, config: ImplementationsConfig, seed: int
+) -> list[dict[str, Any]]:
+    """Every audit of one implementation at one seed."""
+    rows: list[dict[str, Any]] = []
+    try:
+        rows += whitebox_audit(implementation, config.per_step, seed=seed)
+    except AuditNotApplicable as reason:
+        for audit in ("whitebox_per_step", "noise_calibration"):
+            rows.append({"implementation": implementation.name, "audit": audit, "seed": seed,
+                         "not_applicable": str(reason)})
+    one_run = one_run_audit(implementation, config.one_run, seed=seed)
+    rows.append(one_run)
+    source = Claim(**one_run["claim"])
+    # the sampler row prices the one-run setting (same q, sigma, T as its claim)
+    rows.append(sampler_audit(implementation, config.one_run, seed=seed, claim_source=source))
+    return rows
+
+
+def _partial() -> Path:
+    return RESULTS / "implementations.partial.jsonl"
+
+
+def _done() -> dict[tuple[str, int], list[dict[str, Any]]]:
+    done: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    if _partial().is_file():
+        for line in _partial().read_text().splitlines():
+            record = json.loads(line)
+            done[(record["implementation"], record["seed"])] = record["rows"]
+    return done
+
+
+def _progress(total: int) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover - progress extra missing
+        return lambda items: items
+    return lambda items: tqdm(items, total=total, desc="implementation audits")
+
+
+def run(config: ImplementationsConfig = ImplementationsConfig()) -> list[dict[str, Any]]:
+    """Run (or resume) every audit; save the seed rows, the summary and the README table."""
+    import torch
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    done = _done()
+    plan = [
+        (implementation, seed)
+        for implementation, bug in implementations()
+        for seed in range(config.bug_seeds if bug else config.seeds)
+    ]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny lots: intra-op threads only contend
+    try:
+        for implementation, seed in _progress(len(plan))(iter(plan)):
+            if (implementation.name, seed) in done:
+                continue
+            rows = seed_rows(implementation, config, seed)
+            with _partial().open("a") as stream:
+                record = {"implementation": implementation.name, "seed": seed, "rows": rows}
+                stream.write(json.dumps(record, allow_nan=False) + "\n")
+            done[(implementation.name, seed)] = rows
+    finally:
+        torch.set_num_threads(threads)
+        for implementation, _ in implementations():
+            close = getattr(implementation, "close", None)
+            if close is not None:
+                close()
+    every = [row for key in sorted(done, key=lambda k: (k[0], k[1])) for row in done[key]]
+    summary = summarise(every)
+    (RESULTS / "implementations_seeds.json").write_text(
+        json.dumps({"rows": every}, indent=1, allow_nan=False) + "\n"
+    )
+    meta = provenance(root=ROOT, audit="implementations", config=dataclasses.asdict(config))
+    (RESULTS / "implementations.json").write_text(
+        json.dumps({"rows": summary, "provenance": meta}, indent=1, allow_nan=False) + "\n"
+    )
+    _partial().unlink(missing_ok=True)
+    return summary
+
+
+def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (implementation, audit): the seeds' verdict (:func:`seeds_verdict`)."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        groups[(row["implementation"], row["audit"])].append(row)
+    order = {impl.name: i for i, (impl, _) in enumerate(implementations())}
+    summary = []
+    for (name, audit), members in sorted(
+        groups.items(), key=lambda kv: (order.get(kv[0][0], 99), AUDIT_ORDER.index(kv[0][1]))
+    ):
+        if "not_applicable" in members[0]:
+            summary.append({
+                "implementation": name, "audit": audit, "claimed_epsilon": None,
+                "certified_epsilon": None, "epsilon_lower": None, "confidence": None,
+                "verdict": f"not applicable ({members[0]['not_applicable']})",
+                "seeds": len(members),
+            })
+        else:
+            summary.append(seeds_verdict(members))
+    return summary
+
+
+def _number(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}"
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    """The README table from the saved summary rows."""
+    lines = [
+        "| implementation | audit | claimed ε (theirs) | certified ε (dpcore) | ε_lb (95 %, seed 0) "
+        "| flagged seeds | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        detail = ""
+        if row["audit"] == "sampler" and "p_value" in row:
+            detail = f" (p = {row['p_value']:.2g}"
+            if "shuffled_epsilon_lower_bound" in row:
+                detail += f"; shuffled batches cost ε ≥ {row['shuffled_epsilon_lower_bound']:.2f}"
+            detail += ")"
+        elif row["audit"] == "noise_calibration" and "noise_std_ratio" in row:
+            detail = f" (noise / σC = {row['noise_std_ratio']:.2f})"
+        flagged = f"{row['flagged_seeds']} / {row['seeds']}" if "flagged_seeds" in row else "—"
+        lines.append(
+            f"| {row['implementation']} | {row['audit']} | {_number(row['claimed_epsilon'])} "
+            f"| {_number(row['certified_epsilon'])} | {_number(row['epsilon_lower'])} "
+            f"| {flagged} | {row['verdict']}{detail} |"
+        )
+    return "\n".join(lines)
+
+
+def write_report() -> None:
+    """``results/implementations.md`` and the README table, from the saved summary."""
+    rows = json.loads((RESULTS / "implementations.json").read_text())["rows"]
+    table = markdown(rows)
+    (RESULTS / "implementations.md").write_text(
+        "# Audits of DP-SGD implementations\n\n" + table + "\n"
+    )
+    write_between_markers(README, *MARKERS, table)

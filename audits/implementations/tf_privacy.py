@@ -1,0 +1,114 @@
+"""TF Privacy 0.9 (``DPKerasSGDOptimizer`` + ``model.fit``) behind the audit contract.
+
+TF Privacy installs only beside TensorFlow <= 2.15 and never beside torch, so the training runs
+in its own environment (:mod:`audits.implementations.tf_privacy_worker`, one long-lived process
+serving tasks over a pipe); this adapter hands it each task and replays the trace into the
+observer. The batches are TF Privacy's tutorial usage: ``tf.data`` shuffled each epoch, fixed
+size B = round(q N), last partial batch dropped; its claimed epsilon is its own
+``compute_dp_sgd_privacy`` (RDP, Poisson sampling at q = B / N assumed). It does not say which
+records each step used, so the per-step audit does not apply; the one-run and sampler audits do.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from dpcore.auditing.implementation import AuditTask, Claim, Observer
+from dpcore.errors import DPCoreError
+
+ROOT = Path(__file__).resolve().parents[2]
+#: The TF Privacy environment's interpreter (made by ``nox -s audit``); override with the
+#: environment variable ``DPCORE_TF_PRIVACY_PYTHON``.
+DEFAULT_PYTHON = ROOT / ".nox" / "tf-privacy-worker" / "bin" / "python"
+
+
+class TfPrivacyUnavailable(DPCoreError):
+    """The TF Privacy environment is missing or its worker failed."""
+
+
+def python() -> Path:
+    """The interpreter of the TF Privacy environment."""
+    return Path(os.environ.get("DPCORE_TF_PRIVACY_PYTHON", DEFAULT_PYTHON))
+
+
+class TfPrivacy:
+    """TF Privacy's DP-SGD (its worker process starts on first use; :meth:`close` stops it)."""
+
+    name = "tf_privacy 0.9 (model.fit, shuffled batches)"
+
+    def __init__(self) -> None:
+        self._worker: subprocess.Popen[str] | None = None
+        self._folder = tempfile.TemporaryDirectory(prefix="tf-privacy-audit-")
+
+    def _start(self) -> subprocess.Popen[str]:
+        if self._worker is None:
+            if not python().exists():
+                raise TfPrivacyUnavailable(
+                    f"no TF Privacy environment at {python()} (nox -s audit makes it; or set "
+                    "DPCORE_TF_PRIVACY_PYTHON)"
+                )
+            self._worker = subprocess.Popen(
+                [str(python()), "-m", "audits.implementations.tf_privacy_worker"],
+                cwd=ROOT,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+        return self._worker
+
+    def close(self) -> None:
+        """Stop the worker."""
+        if self._worker is not None:
+            assert self._worker.stdin is not None
+            self._worker.stdin.close()
+            self._worker.wait(timeout=60)
+            self._worker = None
+
+    def train(self, task: AuditTask, observer: Observer) -> Claim:
+        worker = self._start()
+        path = str(Path(self._folder.name) / f"task-{task.seed}-{task.steps}.npz")
+        np.savez(
+            path,
+            features=task.features,
+            targets=task.targets,
+            initial_weight=task.initial_weight,
+            seed=task.seed,
+            steps=task.steps,
+            batch_size=task.batch_size,
+            max_grad_norm=task.max_grad_norm,
+            noise_multiplier=task.noise_multiplier,
+            learning_rate=task.learning_rate,
+            delta=task.delta,
+            report_epsilon=task.report_epsilon,
+        )
+        assert worker.stdin is not None and worker.stdout is not None
+        worker.stdin.write(path + "\n")
+        worker.stdin.flush()
+        answer = worker.stdout.readline().strip()
+        if not answer.startswith("ok"):
+            raise TfPrivacyUnavailable(f"TF Privacy worker: {answer or 'exited'}")
+        result = np.load(path + ".out.npz")
+        for weight in result["weights"][1:]:
+            observer.step(weight)
+        epsilon = float(result["epsilon"])
+        batch = int(result["batch_size"])
+        return Claim(
+            implementation=self.name,
+            sampler="shuffle",
+            accounting_assumes="poisson",
+            sampling_probability=float(result["sampling_probability"]),
+            noise_multiplier=task.noise_multiplier,
+            max_grad_norm=task.max_grad_norm,
+            steps=task.steps,
+            delta=task.delta,
+            divisor=float(batch),
+            epsilon=None if math.isnan(epsilon) else epsilon,
+            accountant="tf_privacy compute_dp_sgd_privacy (RDP)",
+        )

@@ -1,0 +1,98 @@
+"""Runs in the TF Privacy environment (TF 2.15 + TF Privacy 0.9, no torch): trains audit tasks
+with ``DPKerasSGDOptimizer`` and ``model.fit`` as TF Privacy's tutorials do, and writes each
+parameter trace.
+
+Protocol (one line each way per task, on stdin/stdout): the parent writes the path of a task
+``.npz``; the worker trains, writes ``<path>.out.npz`` (``weights``: (T + 1, d); ``epsilon``,
+``sampling_probability``, ``batch_size``) and answers ``ok <path>`` or ``error <message>``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+
+
+def train(path: str) -> None:
+    """Train the task stored at ``path``; write its trace beside it."""
+    import tensorflow as tf
+    from tensorflow_privacy import DPKerasSGDOptimizer
+    from tensorflow_privacy.privacy.analysis.compute_dp_sgd_privacy_lib import (
+        compute_dp_sgd_privacy,
+    )
+
+    task = np.load(path)
+    x, y, w0 = task["features"], task["targets"], task["initial_weight"]
+    seed, steps = int(task["seed"]), int(task["steps"])
+    n, batch = x.shape[0], int(task["batch_size"])
+    tf.keras.utils.set_random_seed(seed)
+    model = tf.keras.Sequential(
+        [tf.keras.layers.Dense(1, use_bias=False, input_shape=(x.shape[1],))]
+    )
+    model.layers[0].set_weights([w0.reshape(-1, 1)])
+    optimizer = DPKerasSGDOptimizer(
+        l2_norm_clip=float(task["max_grad_norm"]),
+        noise_multiplier=float(task["noise_multiplier"]),
+        num_microbatches=batch,  # one example per microbatch: per-example clipping
+        learning_rate=float(task["learning_rate"]),
+    )
+
+    class HalfSquared(tf.keras.losses.Loss):
+        """(z - y)^2 / 2, one value per example (TF Privacy needs the vector, not its mean)."""
+
+        def call(self, targets: tf.Tensor, outputs: tf.Tensor) -> tf.Tensor:
+            # Keras hands targets as (B, 1): flatten both, or they broadcast to (B, B)
+            flat = tf.reshape(outputs, [-1]) - tf.reshape(tf.cast(targets, outputs.dtype), [-1])
+            return 0.5 * tf.square(flat)
+
+    model.compile(optimizer=optimizer, loss=HalfSquared(reduction=tf.keras.losses.Reduction.NONE))
+    trace = [w0.astype(np.float64)]
+
+    class Trace(tf.keras.callbacks.Callback):
+        def on_train_batch_end(self, batch_index: int, logs: object = None) -> None:
+            trace.append(model.layers[0].get_weights()[0].reshape(-1).astype(np.float64))
+
+    data = (
+        tf.data.Dataset.from_tensor_slices((x, y))
+        .shuffle(n, seed=seed, reshuffle_each_iteration=True)
+        .batch(batch, drop_remainder=True)  # microbatches must divide every batch
+        .repeat()
+    )
+    model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[Trace()])
+    epsilon = np.nan
+    if bool(task["report_epsilon"]):
+        epsilon, _ = compute_dp_sgd_privacy(
+            n=n,
+            batch_size=batch,
+            noise_multiplier=float(task["noise_multiplier"]),
+            epochs=steps * batch / n,
+            delta=float(task["delta"]),
+        )
+    np.savez(
+        path + ".out.npz",
+        weights=np.stack(trace),
+        epsilon=float(epsilon),
+        sampling_probability=batch / n,
+        batch_size=batch,
+    )
+
+
+def main() -> None:
+    """Serve tasks from stdin until it closes."""
+    for line in sys.stdin:
+        path = line.strip()
+        if not path:
+            continue
+        try:
+            train(path)
+            print(f"ok {path}", flush=True)
+        except Exception as error:  # reported to the parent, which raises
+            print(f"error {type(error).__name__}: {error}".replace("\n", " "), flush=True)
+
+
+if __name__ == "__main__":
+    main()
