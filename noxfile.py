@@ -73,10 +73,37 @@ def bench(session: nox.Session) -> None:
     session.run("python", "-m", "bench", *session.posargs)
 
 
-@nox.session
+#: TF Privacy's own environment for the implementation audits (TF 2.15; never beside torch).
+TF_PRIVACY_WORKER = ".nox/tf-privacy-worker"
+
+
+@nox.session(python="3.11")
 def audit(session: nox.Session) -> None:
-    """Run the empirical privacy audits; results and reports in audits/results/."""
-    _install(session, extras="[torch,plot,progress]")
+    """Run the empirical privacy audits; results and reports in audits/results/.
+
+    ``-- --only implementations`` audits dpcore, Opacus and TF Privacy through their adapters; it
+    needs TF Privacy's own environment, made here beside the session's.
+    """
+    _install(session, "audit", extras="[torch,plot,progress]")
+    if "--only" not in session.posargs or "implementations" in session.posargs:
+        worker = os.path.join(TF_PRIVACY_WORKER, "bin", "python")
+        if not os.path.exists(worker):
+            session.run("python", "-m", "venv", TF_PRIVACY_WORKER)
+        session.run(
+            worker,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "-c",
+            "constraints/tf-privacy.txt",
+            "tensorflow",
+            "tensorflow-privacy",
+            "-e",
+            ".",
+            external=True,
+        )
+        session.env["DPCORE_TF_PRIVACY_PYTHON"] = os.path.abspath(worker)
     session.run("python", "-m", "audits", *session.posargs)
 
 

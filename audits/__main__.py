@@ -8,7 +8,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from audits.implementations import table as implementations
 from audits import (
     clt_check,
     dpsgd_jl,
@@ -21,6 +20,7 @@ from audits import (
     report,
     sampler_audit,
 )
+from audits.implementations import table as implementations
 
 #: name -> (run, write the report from the saved results)
 AUDITS: dict[str, tuple[Callable[[], Any], Callable[[], None]]] = {

@@ -36,13 +36,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from audits.dpsgd_whitebox import (
-    composed_lower_bound,
-    distinguish,
-    single_thread,
-    upper_bounds,
-)
+from audits.dpsgd_whitebox import single_thread, upper_bounds
 from audits.results_io import RESULTS, load, save
+from dpcore.auditing.stepwise import composed_lower_bound, distinguish
 from dpcore.calibration import calibrate_noise
 from dpcore.torch.noise import SeededGaussianNoise
 from dpcore.torch.optimizers import DPOptimizer

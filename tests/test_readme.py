@@ -15,7 +15,7 @@ EXAMPLES = dict(
 
 
 def test_the_examples_are_found() -> None:
-    assert set(EXAMPLES) == {"own-loop", "from-opacus"}
+    assert set(EXAMPLES) == {"own-loop", "from-opacus", "audit-own-loop"}
 
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))

@@ -47,7 +47,9 @@ class DpcoreTorch:
         x, y = torch.from_numpy(task.features), torch.from_numpy(task.targets)
         dataset = TensorDataset(x, y, torch.arange(task.dataset_size))
         if self.sampler == "poisson":
-            loader = LotLoader(dataset, sampling_probability=task.sampling_probability, seed=task.seed)
+            loader = LotLoader(
+                dataset, sampling_probability=task.sampling_probability, seed=task.seed
+            )
         else:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", PoissonMismatchWarning)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import warnings
 
-import numpy as np
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -44,9 +43,11 @@ class Opacus:
         loader = DataLoader(dataset, batch_size=task.batch_size, shuffle=True)
         model = linear_model(task)
         criterion = _SquaredLoss()
-        engine = PrivacyEngine(accountant="prv")
         with warnings.catch_warnings():
+            # Opacus warns that secure RNG is off (seeded runs are what an audit needs) and
+            # about empty Poisson lots (which it handles)
             warnings.simplefilter("ignore")
+            engine = PrivacyEngine(accountant="prv")
             model, optimizer, loader = engine.make_private(
                 module=model,
                 optimizer=torch.optim.SGD(model.parameters(), lr=task.learning_rate),

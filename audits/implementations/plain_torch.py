@@ -56,7 +56,9 @@ class PlainTorchDpSgd:
     def name(self) -> str:
         return f"hand-written torch loop ({self.bug or 'correct'})"
 
-    def _lot(self, generator: torch.Generator, n: int, batch: int, t: int, order: list) -> torch.Tensor:
+    def _lot(
+        self, generator: torch.Generator, n: int, batch: int, t: int, order: list
+    ) -> torch.Tensor:
         if self.bug != "shuffled as Poisson":
             return torch.nonzero(torch.rand(n, generator=generator) < batch / n).reshape(-1)
         per_epoch = n // batch

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,29 +26,28 @@ from audits.implementations.opacus_adapter import Opacus
 from audits.implementations.plain_torch import PLANTED_BUGS, PlainTorchDpSgd
 from audits.implementations.tf_privacy import TfPrivacy
 from audits.results_io import RESULTS, ROOT
-from dpcore.auditing.implementation import Claim, Implementation
+from dpcore.auditing.implementation import Implementation
 from dpcore.auditing.implementation_audits import (
-    AuditNotApplicable,
+    ONE_RUN_SETTINGS,
     AuditSettings,
-    one_run_audit,
-    sampler_audit,
-    seeds_verdict,
-    whitebox_audit,
+    audit_seed,
+    summarise,
 )
 from dpcore.provenance import provenance
 from reproductions.common import write_between_markers
 
 README = ROOT / "README.md"
 MARKERS = ("<!-- implementation-audits:start -->", "<!-- implementation-audits:end -->")
-AUDIT_ORDER = ("whitebox_per_step", "noise_calibration", "one_run", "sampler")
 
 
 @dataclasses.dataclass(frozen=True)
 class ImplementationsConfig:
     """Settings of the implementation audits (sigma calibrated to each target epsilon by PLD)."""
 
-    per_step: AuditSettings = AuditSettings(steps=50, runs=20)
-    one_run: AuditSettings = AuditSettings(target_epsilon=2.0, steps=100)
+    per_step: AuditSettings = dataclasses.field(
+        default_factory=lambda: AuditSettings(steps=50, runs=20)
+    )
+    one_run: AuditSettings = ONE_RUN_SETTINGS
     seeds: int = 20
     bug_seeds: int = 3
 
@@ -64,25 +62,6 @@ def implementations() -> list[tuple[Implementation, bool]]:
         PlainTorchDpSgd(),
     ]
     return [(i, False) for i in correct] + [(PlainTorchDpSgd(b), True) for b in PLANTED_BUGS]
-
-
-def seed_rows(
-    implementation: Implementation, config: ImplementationsConfig, seed: int
-) -> list[dict[str, Any]]:
-    """Every audit of one implementation at one seed."""
-    rows: list[dict[str, Any]] = []
-    try:
-        rows += whitebox_audit(implementation, config.per_step, seed=seed)
-    except AuditNotApplicable as reason:
-        for audit in ("whitebox_per_step", "noise_calibration"):
-            rows.append({"implementation": implementation.name, "audit": audit, "seed": seed,
-                         "not_applicable": str(reason)})
-    one_run = one_run_audit(implementation, config.one_run, seed=seed)
-    rows.append(one_run)
-    source = Claim(**one_run["claim"])
-    # the sampler row prices the one-run setting (same q, sigma, T as its claim)
-    rows.append(sampler_audit(implementation, config.one_run, seed=seed, claim_source=source))
-    return rows
 
 
 def _partial() -> Path:
@@ -123,7 +102,9 @@ def run(config: ImplementationsConfig = ImplementationsConfig()) -> list[dict[st
         for implementation, seed in _progress(len(plan))(iter(plan)):
             if (implementation.name, seed) in done:
                 continue
-            rows = seed_rows(implementation, config, seed)
+            rows = audit_seed(
+                implementation, per_step=config.per_step, one_run=config.one_run, seed=seed
+            )
             with _partial().open("a") as stream:
                 record = {"implementation": implementation.name, "seed": seed, "rows": rows}
                 stream.write(json.dumps(record, allow_nan=False) + "\n")
@@ -134,7 +115,8 @@ def run(config: ImplementationsConfig = ImplementationsConfig()) -> list[dict[st
             close = getattr(implementation, "close", None)
             if close is not None:
                 close()
-    every = [row for key in sorted(done, key=lambda k: (k[0], k[1])) for row in done[key]]
+    order = [(impl.name, seed) for impl, seed in plan]
+    every = [row for key in sorted(done, key=order.index) for row in done[key]]
     summary = summarise(every)
     (RESULTS / "implementations_seeds.json").write_text(
         json.dumps({"rows": every}, indent=1, allow_nan=False) + "\n"
@@ -147,28 +129,6 @@ def run(config: ImplementationsConfig = ImplementationsConfig()) -> list[dict[st
     return summary
 
 
-def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (implementation, audit): the seeds' verdict (:func:`seeds_verdict`)."""
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for row in rows:
-        groups[(row["implementation"], row["audit"])].append(row)
-    order = {impl.name: i for i, (impl, _) in enumerate(implementations())}
-    summary = []
-    for (name, audit), members in sorted(
-        groups.items(), key=lambda kv: (order.get(kv[0][0], 99), AUDIT_ORDER.index(kv[0][1]))
-    ):
-        if "not_applicable" in members[0]:
-            summary.append({
-                "implementation": name, "audit": audit, "claimed_epsilon": None,
-                "certified_epsilon": None, "epsilon_lower": None, "confidence": None,
-                "verdict": f"not applicable ({members[0]['not_applicable']})",
-                "seeds": len(members),
-            })
-        else:
-            summary.append(seeds_verdict(members))
-    return summary
-
-
 def _number(value: float | None) -> str:
     return "—" if value is None else f"{value:.2f}"
 
@@ -176,7 +136,8 @@ def _number(value: float | None) -> str:
 def markdown(rows: list[dict[str, Any]]) -> str:
     """The README table from the saved summary rows."""
     lines = [
-        "| implementation | audit | claimed ε (theirs) | certified ε (dpcore) | ε_lb (95 %, seed 0) "
+        "| implementation | audit | claimed ε (theirs) | certified ε (dpcore) "
+        "| ε_lb (95 %, seed 0) "
         "| flagged seeds | verdict |",
         "|---|---|---|---|---|---|---|",
     ]
@@ -188,7 +149,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
                 detail += f"; shuffled batches cost ε ≥ {row['shuffled_epsilon_lower_bound']:.2f}"
             detail += ")"
         elif row["audit"] == "noise_calibration" and "noise_std_ratio" in row:
-            detail = f" (noise / σC = {row['noise_std_ratio']:.2f})"
+            detail = f" (noise / σC = {row['noise_std_ratio']:.2f})"  # noqa: RUF001
         flagged = f"{row['flagged_seeds']} / {row['seeds']}" if "flagged_seeds" in row else "—"
         lines.append(
             f"| {row['implementation']} | {row['audit']} | {_number(row['claimed_epsilon'])} "

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_PYTHON = ROOT / ".nox" / "tf-privacy-worker" / "bin" / "python"
 
 
-class TfPrivacyUnavailable(DPCoreError):
+class TfPrivacyUnavailableError(DPCoreError):
     """The TF Privacy environment is missing or its worker failed."""
 
 
@@ -49,7 +49,7 @@ class TfPrivacy:
     def _start(self) -> subprocess.Popen[str]:
         if self._worker is None:
             if not python().exists():
-                raise TfPrivacyUnavailable(
+                raise TfPrivacyUnavailableError(
                     f"no TF Privacy environment at {python()} (nox -s audit makes it; or set "
                     "DPCORE_TF_PRIVACY_PYTHON)"
                 )
@@ -93,7 +93,7 @@ class TfPrivacy:
         worker.stdin.flush()
         answer = worker.stdout.readline().strip()
         if not answer.startswith("ok"):
-            raise TfPrivacyUnavailable(f"TF Privacy worker: {answer or 'exited'}")
+            raise TfPrivacyUnavailableError(f"TF Privacy worker: {answer or 'exited'}")
         result = np.load(path + ".out.npz")
         for weight in result["weights"][1:]:
             observer.step(weight)

@@ -14,7 +14,7 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 
 def train(path: str) -> None:

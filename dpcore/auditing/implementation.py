@@ -145,10 +145,14 @@ class Observer:
         """Steps observed so far."""
         return len(self.weights) - 1
 
-    def canary_scores(self, task: AuditTask, claim: Claim, coordinates: Sequence[int]) -> np.ndarray:
+    def canary_scores(
+        self, task: AuditTask, claim: Claim, coordinates: Sequence[int]
+    ) -> np.ndarray:
         """s_t,i (steps x coordinates) of the module doc, with the claim's divisor."""
         if self.steps != task.steps:
-            raise InvalidParameterError("observed steps", f"= task.steps = {task.steps}", self.steps)
+            raise InvalidParameterError(
+                "observed steps", f"= task.steps = {task.steps}", self.steps
+            )
         trace = np.stack(self.weights)[:, list(coordinates)]
         return np.diff(trace, axis=0) * claim.divisor / (task.learning_rate * task.max_grad_norm)
 

@@ -26,13 +26,15 @@ Three audits, each a function of an :class:`~dpcore.auditing.implementation.Impl
 Verdicts: ``violation`` when epsilon_lb exceeds the claimed epsilon (the implementation's own,
 else dpcore's certified one for the claimed parameters); ``sampling does not match the claimed
 analysis`` when the sampler test rejects the sampling the claim's accounting assumes;
-``noise does not match the claim`` when the chi^2 test rejects; ``consistent`` otherwise. Across seeds (each bound at 95%), :func:`seeds_verdict` asks whether
-the exceedances are more than 95% allows (binomial tail below 1e-3).
+``noise does not match the claim`` when the chi^2 test rejects; ``consistent`` otherwise.
+Across seeds (each bound at 95%), :func:`seeds_verdict` asks whether the exceedances are more
+than 95% allows (binomial tail below 1e-3).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 import warnings
 from collections.abc import Sequence
@@ -78,9 +80,9 @@ class AuditSettings:
     one_run_real_records: int = 100
     sampler_steps: int = 1000
 
-    @property
+    @functools.cached_property
     def noise_multiplier(self) -> float:
-        """sigma with PLD epsilon(q, sigma, T) = target at delta."""
+        """sigma with PLD epsilon(q, sigma, T) = target at delta (computed once per instance)."""
         return calibrate_noise(
             target_epsilon=self.target_epsilon,
             target_delta=self.delta,
@@ -90,7 +92,7 @@ class AuditSettings:
         )
 
 
-class AuditNotApplicable(StateError):
+class AuditNotApplicableError(StateError):
     """The adapter does not expose what this audit needs (e.g. lot membership)."""
 
 
@@ -116,7 +118,9 @@ def _train(implementation: Implementation, task: AuditTask) -> tuple[Observer, C
     return observer, claim
 
 
-def _task(settings: AuditSettings, canaries: Sequence[bool], seed: int, **changes: Any) -> AuditTask:
+def _task(
+    settings: AuditSettings, canaries: Sequence[bool], seed: int, **changes: Any
+) -> AuditTask:
     arguments: dict[str, Any] = {
         "real_records": settings.real_records,
         "real_features": settings.real_features,
@@ -134,7 +138,12 @@ def _task(settings: AuditSettings, canaries: Sequence[bool], seed: int, **change
 
 
 def _row(
-    audit: str, claim: Claim, lower: float | None, settings: AuditSettings, seed: int, **details: Any
+    audit: str,
+    claim: Claim,
+    lower: float | None,
+    settings: AuditSettings,
+    seed: int,
+    **details: Any,
 ) -> dict[str, Any]:
     certified = certified_epsilon(claim)
     reference = claim.epsilon if claim.epsilon is not None else certified["pld"]
@@ -164,7 +173,7 @@ def noise_residuals(task: AuditTask, claim: Claim, observer: Observer) -> np.nda
     DP-SGD run without canaries (Abadi et al. 2016, Alg. 1). Returns (steps, d).
     """
     if observer.lots is None:
-        raise AuditNotApplicable(f"{claim.implementation} does not report its lots")
+        raise AuditNotApplicableError(f"{claim.implementation} does not report its lots")
     weights = np.stack(observer.weights)
     x, y = task.features.astype(np.float64), task.targets.astype(np.float64)
     c = task.max_grad_norm
@@ -194,7 +203,7 @@ def whitebox_audit(
         observer, claim = _train(implementation, out_task)
         claimed = claimed or claim
         if observer.lots is None:
-            raise AuditNotApplicable(
+            raise AuditNotApplicableError(
                 f"{claim.implementation} does not report which records each step used"
             )
         negatives.append(observer.canary_scores(out_task, claim, [0])[:, 0])
@@ -202,7 +211,7 @@ def whitebox_audit(
         in_task = _task(settings, [True], base + 1, report_epsilon=False)
         observer, claim = _train(implementation, in_task)
         if observer.lots is None:
-            raise AuditNotApplicable(
+            raise AuditNotApplicableError(
                 f"{claim.implementation} does not report which records each step used"
             )
         scores = observer.canary_scores(in_task, claim, [0])[:, 0]
@@ -301,8 +310,12 @@ def sampler_audit(
     """
     start = time.perf_counter()
     task = _task(
-        settings, [True], 5_000_011 * seed + 3, noise_multiplier=PROBE_NOISE,
-        steps=settings.sampler_steps, report_epsilon=False,
+        settings,
+        [True],
+        5_000_011 * seed + 3,
+        noise_multiplier=PROBE_NOISE,
+        steps=settings.sampler_steps,
+        report_epsilon=False,
     )
     observer, probe = _train(implementation, task)
     scores = observer.canary_scores(task, probe, [0])[:, 0]
@@ -318,7 +331,9 @@ def sampler_audit(
         probe, noise_multiplier=settings.noise_multiplier, steps=settings.steps, epsilon=None
     )
     if claim_source is not None:
-        claim = dataclasses.replace(claim, epsilon=claim_source.epsilon, accountant=claim_source.accountant)
+        claim = dataclasses.replace(
+            claim, epsilon=claim_source.epsilon, accountant=claim_source.accountant
+        )
     details: dict[str, Any] = {
         "p_value": p_value,
         "windows": int(windows.size),
@@ -344,12 +359,110 @@ def sampler_audit(
     return row
 
 
-#: audit name -> function
-AUDITS = {"whitebox_per_step": whitebox_audit, "one_run": one_run_audit, "sampler": sampler_audit}
+#: The one-run audit's default setting: a smaller claimed epsilon, where its bound has room
+#: (with 200 guesses it cannot exceed about 4.2, all guesses right).
+ONE_RUN_SETTINGS = AuditSettings(target_epsilon=2.0, steps=100)
+
+
+def audit_seed(
+    implementation: Implementation,
+    *,
+    per_step: AuditSettings = AuditSettings(),
+    one_run: AuditSettings = ONE_RUN_SETTINGS,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """Every audit of one implementation at one seed (a "not applicable" row where one cannot run).
+
+    The sampler row prices the one-run setting: its claim (q, sigma, T, the implementation's
+    epsilon) is the one-run audit's.
+    """
+    rows: list[dict[str, Any]] = []
+    try:
+        rows += whitebox_audit(implementation, per_step, seed=seed)
+    except AuditNotApplicableError as reason:
+        for audit in ("whitebox_per_step", "noise_calibration"):
+            rows.append(
+                {
+                    "implementation": implementation.name,
+                    "audit": audit,
+                    "seed": seed,
+                    "not_applicable": str(reason),
+                }
+            )
+    found = one_run_audit(implementation, one_run, seed=seed)
+    rows.append(found)
+    source = Claim(**found["claim"])
+    rows.append(sampler_audit(implementation, one_run, seed=seed, claim_source=source))
+    return rows
+
+
+def audit_implementation(
+    implementation: Implementation,
+    *,
+    per_step: AuditSettings = AuditSettings(),
+    one_run: AuditSettings = ONE_RUN_SETTINGS,
+    seeds: int = 1,
+) -> list[dict[str, Any]]:
+    """Audit an implementation (every audit, ``seeds`` seeds); one summary row per audit.
+
+    Each row has ``implementation``, ``audit``, ``claimed_epsilon`` (the implementation's own,
+    None if it reports none), ``certified_epsilon`` (dpcore's PLD upper bound for the claimed
+    q, sigma, T), ``epsilon_lower`` (95 % lower bound of seed 0, None for the p-value audits),
+    ``confidence``, ``verdict`` and ``seeds`` (see :func:`seeds_verdict`).
+
+    Example: see the README section "Audit your own DP-SGD".
+    """
+    if seeds < 1:
+        raise InvalidParameterError("seeds", ">= 1", seeds)
+    rows = [
+        row
+        for seed in range(seeds)
+        for row in audit_seed(implementation, per_step=per_step, one_run=one_run, seed=seed)
+    ]
+    return summarise(rows)
+
+
+def not_applicable_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The summary row of an audit that could not run on this implementation."""
+    first = rows[0]
+    return {
+        "implementation": first["implementation"],
+        "audit": first["audit"],
+        "claimed_epsilon": None,
+        "certified_epsilon": None,
+        "epsilon_lower": None,
+        "confidence": None,
+        "verdict": f"not applicable ({first['not_applicable']})",
+        "seeds": len(rows),
+    }
+
+
+#: the order of the audits in summaries
+AUDIT_ORDER = ("whitebox_per_step", "noise_calibration", "one_run", "sampler")
+
+
+def summarise(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (implementation, audit) over its seeds, in the order the rows came."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["implementation"], row["audit"]), []).append(row)
+    names = list(dict.fromkeys(name for name, _ in groups))
+    ordered = sorted(groups, key=lambda k: (names.index(k[0]), AUDIT_ORDER.index(k[1])))
+    return [
+        not_applicable_summary(groups[key])
+        if "not_applicable" in groups[key][0]
+        else seeds_verdict(groups[key])
+        for key in ordered
+    ]
 
 
 def seeds_verdict(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """One summary of an audit over seeds: exceedances against what the confidence allows."""
+    """One summary of an audit over seeds: exceedances against what the confidence allows.
+
+    One seed keeps its own verdict (a test at the stated confidence). Over several, each flags a
+    correct implementation with probability at most 1 - confidence, so the summary flags only
+    an improbable excess: binomial tail P[Bin(seeds, 1 - confidence) >= flagged] below 1e-3.
+    """
     if not rows:
         raise InvalidParameterError("rows", "at least one row", 0)
     first = rows[0]
@@ -357,7 +470,10 @@ def seeds_verdict(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     failure = 1 - first["confidence"]
     tail = float(stats.binom.sf(flagged - 1, len(rows), failure)) if flagged else 1.0
     flagged_verdicts = [r["verdict"] for r in rows if r["verdict"] != "consistent"]
-    verdict = "consistent" if tail >= 1e-3 else flagged_verdicts[0]
+    if len(rows) == 1:  # one test at the stated confidence: its own verdict
+        verdict = first["verdict"]
+    else:
+        verdict = "consistent" if tail >= 1e-3 else flagged_verdicts[0]
     lowers = [r["epsilon_lower"] for r in rows if r["epsilon_lower"] is not None]
     summary = {
         "implementation": first["implementation"],
@@ -374,8 +490,16 @@ def seeds_verdict(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "binomial_tail": tail,
         "claim": first["claim"],
     }
-    for key in ("shuffled_epsilon_lower_bound", "p_value", "noise_std_ratio", "windows_with_one_inclusion",
-                "windows", "expected_under_poisson", "mu_lower", "mu_claimed"):
+    for key in (
+        "shuffled_epsilon_lower_bound",
+        "p_value",
+        "noise_std_ratio",
+        "windows_with_one_inclusion",
+        "windows",
+        "expected_under_poisson",
+        "mu_lower",
+        "mu_claimed",
+    ):
         if key in first:
             summary[key] = first[key]
     return summary

@@ -1,0 +1,80 @@
+"""The adapters of dpcore and Opacus run through the audits (TF Privacy needs its own environment,
+made by ``nox -s audit``; its rows are in ``audits/results/implementations.json``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from audits.implementations import table
+from audits.implementations.dpcore_torch import DpcoreTorch
+from audits.implementations.opacus_adapter import Opacus
+from audits.results_io import RESULTS
+from dpcore.auditing import AuditSettings, audit_implementation
+
+PER_STEP = AuditSettings(steps=30, runs=2)
+ONE_RUN = AuditSettings(target_epsilon=2.0, steps=60, sampler_steps=300)
+SAMPLER_FLAG = "sampling does not match the claimed analysis"
+
+
+def _rows(implementation: object) -> dict[str, dict[str, object]]:
+    rows = audit_implementation(implementation, per_step=PER_STEP, one_run=ONE_RUN)  # type: ignore[arg-type]
+    return {str(row["audit"]): row for row in rows}
+
+
+@pytest.mark.parametrize(
+    ("implementation", "shuffled"),
+    [
+        (DpcoreTorch(), False),
+        (DpcoreTorch("shuffle"), True),
+        (Opacus(True), False),
+        (Opacus(False), True),
+    ],
+    ids=["dpcore-poisson", "dpcore-shuffle", "opacus-poisson", "opacus-shuffle"],
+)
+def test_adapter_runs_every_audit(implementation: object, shuffled: bool) -> None:
+    rows = _rows(implementation)
+    assert rows["sampler"]["verdict"] == (SAMPLER_FLAG if shuffled else "consistent")
+    for audit in ("whitebox_per_step", "noise_calibration", "one_run"):
+        assert rows[audit]["verdict"] == "consistent", rows[audit]
+    claimed = rows["one_run"]["claimed_epsilon"]
+    certified = rows["one_run"]["certified_epsilon"]
+    assert isinstance(claimed, float) and isinstance(certified, float)
+    assert claimed == pytest.approx(certified, rel=0.05)  # their accountant, our certified
+
+
+def test_committed_table_has_every_implementation_and_audit() -> None:
+    rows = json.loads((RESULTS / "implementations.json").read_text())["rows"]
+    keys = {
+        "implementation",
+        "audit",
+        "claimed_epsilon",
+        "certified_epsilon",
+        "epsilon_lower",
+        "confidence",
+        "verdict",
+        "seeds",
+    }
+    assert all(keys <= set(row) for row in rows)
+    names = {row["implementation"] for row in rows}
+    assert {impl.name for impl, _ in table.implementations()} == names
+    assert any(n.startswith("dpcore") for n in names) and any(
+        n.startswith("tf_privacy") for n in names
+    )
+    assert sum(n.startswith("opacus") for n in names) == 2
+    correct = [
+        r
+        for r in rows
+        if "(correct)" in r["implementation"] or not r["implementation"].startswith("hand")
+    ]
+    for row in correct:
+        if row["audit"] in ("whitebox_per_step", "noise_calibration", "one_run"):
+            assert row["verdict"] == "consistent" or row["verdict"].startswith("not applicable"), (
+                row
+            )
+
+
+def test_readme_table_is_rendered_from_the_committed_results() -> None:
+    rows = json.loads((RESULTS / "implementations.json").read_text())["rows"]
+    assert table.markdown(rows) in table.README.read_text()
