@@ -46,20 +46,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from audits.dpsgd_whitebox import (
-    DiracCanaryEngine,
-    WhiteboxConfig,
-    _dataset,
-    _loss,
-    single_thread,
-)
+from audits.canaries import GradientCanaries, NormEstimate
+from audits.dpsgd_whitebox import WhiteboxConfig, _dataset, _loss, single_thread
 from audits.results_io import RESULTS, load, save
 from dpcore.accountants import JlAccountant, PldAccountant
 from dpcore.auditing import threshold_sweep_lower_bound
 from dpcore.events import GaussianEvent, JLGaussianEvent, PoissonSampledEvent
 from dpcore.torch.noise import NoiseSource, SeededGaussianNoise
 from dpcore.torch.optimizers import DPOptimizer
-from dpcore.torch.per_example.base import ClippedBatch, LossFunction, clip_factors
+from dpcore.torch.per_example.base import PerExampleEngine
 from dpcore.torch.per_example.jl import JLEngine
 from dpcore.torch.samplers import PoissonSampler
 
@@ -109,51 +104,25 @@ class RecordingSource(NoiseSource):
         self.draws = []
 
 
-class JlDiracCanaryEngine(DiracCanaryEngine):
-    """A Dirac canary in a lot clipped by :class:`JLEngine`, its norm estimated by the lot's r
-    shared directions (the engine's own draws, recorded), so it is clipped like a real example.
+def jl_norm_estimate(source: RecordingSource) -> NormEstimate:
+    """The norm :class:`JLEngine` sees for a Dirac canary: from the lot's r shared directions.
 
     For the Dirac gradient ``n C e_j``, ``<g, v_k> = n C v_k[j]`` and the estimate is
-    ``M = n C sqrt(mean_k v_k[j]^2)``; the canary adds ``min(1, C / M) n C`` to coordinate j.
+    ``M = n C sqrt(mean_k v_k[j]^2)`` (the engine's own draws, recorded), so the canary is clipped
+    like a real example of the lot: it adds ``min(1, C / M) n C`` to coordinate j.
     """
 
-    name = "jl_dirac_canary"
-
-    def __init__(self, inner: JLEngine, source: RecordingSource, **kwargs: Any) -> None:
-        super().__init__(inner, **kwargs)
-        self.jl = inner
-        self.source = source
-        self.contribution = 0.0
-
-    def clipped_sum(
-        self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction
-    ) -> ClippedBatch:
-        """The JL engine's clipped sum, plus the JL-clipped canary when :attr:`insert` is set."""
-        self.source.clear()
-        batch = self.inner.clipped_sum(inputs, targets, loss_fn)
-        summed = [s.detach().clone() for s in batch.summed]
-        self.known_sum = float(summed[self.parameter_index].reshape(-1)[self.coordinate])
-        self.contribution = 0.0
-        if not self.insert:
-            return dataclasses.replace(batch, summed=summed)
-        if not self.source.draws:  # an empty real lot: the canary's lot still draws directions
-            self.jl._draw_directions()
-        # _draw_directions draws one (r, *shape) tensor per trainable parameter, in order.
-        tangent = self.source.draws[self.parameter_index]
+    def estimate(engine: PerExampleEngine, coordinate: int, norm: float) -> float:
+        if not source.draws:  # an empty real lot: the canary's lot still draws directions
+            assert isinstance(engine, JLEngine)
+            engine._draw_directions()
+        # _draw_directions draws one (r, *shape) tensor per trainable parameter, in order; the
+        # canary lives in parameter 0.
+        tangent = source.draws[0]
         r = tangent.shape[0]
-        projections = self.norm * tangent.reshape(r, -1)[:, self.coordinate]
-        dtype = summed[self.parameter_index].dtype
-        estimate = projections.square().mean().sqrt().reshape(1).to(dtype)
-        factor = clip_factors(estimate, max_grad_norm=self.max_grad_norm)
-        self.contribution = float(factor[0]) * self.norm
-        summed[self.parameter_index].reshape(-1)[self.coordinate] += self.contribution
-        return ClippedBatch(
-            summed=summed,
-            norms=torch.cat([batch.norms.to(dtype), estimate]),
-            clip_factors=torch.cat([batch.clip_factors.to(dtype), factor]),
-            losses=torch.cat([batch.losses.to(dtype), torch.zeros(1, dtype=dtype)]),
-            outputs=batch.outputs,
-        )
+        return float(norm * tangent.reshape(r, -1)[:, coordinate].square().mean().sqrt())
+
+    return estimate
 
 
 def step_scores(
@@ -166,15 +135,11 @@ def step_scores(
     model = nn.Linear(config.features, 1).to(torch.float64)
     c = config.max_grad_norm
     source = RecordingSource(2 * seed + 1)
-    engine = JlDiracCanaryEngine(
-        JLEngine(model, max_grad_norm=c, jl_dimension=jl_dimension, directions=source),
-        source,
-        max_grad_norm=c,
-        parameter_index=0,
-        coordinate=0,
-        norm=(canary_norm or 1.0) * c,
+    engine = JLEngine(model, max_grad_norm=c, jl_dimension=jl_dimension, directions=source)
+    canary = GradientCanaries(
+        engine, norm=(canary_norm or 1.0) * c, estimate=jl_norm_estimate(source)
     )
-    engine.insert = canary_norm is not None
+    canary.coordinates = [0] if canary_norm is not None else []
     claimed_lot = config.sampling_probability * config.dataset_size
     optimizer = DPOptimizer(
         torch.optim.SGD(model.parameters(), lr=config.learning_rate),
@@ -190,10 +155,11 @@ def step_scores(
     scores = np.empty(config.steps)
     for t in range(config.steps):
         lot = sampler.sample()
+        source.clear()  # the canary's norm estimate reads this lot's directions only
         optimizer.step(engine.clipped_sum(x[lot], y[lot], _loss))
         assert weight.grad is not None
         applied = float(weight.grad.reshape(-1)[0])
-        scores[t] = (applied * claimed_lot - engine.known_sum) / c
+        scores[t] = (applied * claimed_lot - canary.known_sum[0]) / c
     return scores
 
 

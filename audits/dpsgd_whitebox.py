@@ -42,6 +42,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from audits.canaries import CANARY_NORM, GradientCanaries, SamplerFactory, poisson_sampler
 from audits.results_io import RESULTS, load, save
 from dpcore.accountants import GdpCltAccountant, PldAccountant, RdpAccountant
 from dpcore.accountants.rdp import OrderGridEdgeWarning
@@ -50,12 +51,8 @@ from dpcore.calibration import calibrate_noise
 from dpcore.events import dpsgd_event
 from dpcore.torch.noise import SeededGaussianNoise
 from dpcore.torch.optimizers import DPOptimizer
-from dpcore.torch.per_example.base import ClippedBatch, LossFunction, PerExampleEngine, clip_factors
+from dpcore.torch.per_example.base import PerExampleEngine
 from dpcore.torch.per_example.fast import FastEngine
-from dpcore.torch.samplers import PoissonSampler
-
-#: The canary's gradient norm, in units of C (>= 1 so that clipping matters).
-CANARY_NORM = 4.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,93 +73,22 @@ class WhiteboxConfig:
     held_out_fraction: float = 0.2
 
 
-class DiracCanaryEngine(PerExampleEngine):
-    """Wraps an engine and, when ``insert`` is set, adds a clipped Dirac canary to every lot.
-
-    The canary is one more example of the lot whose gradient is ``norm * e_j`` on
-    ``parameter_index``'s flat coordinate ``coordinate``; it is scaled by
-    :func:`~dpcore.torch.per_example.base.clip_factors` with this engine's C when ``clip`` is
-    set. It also records, for the white-box auditor, the real lot's clipped sum in that
-    coordinate (:attr:`known_sum`).
-    """
-
-    name = "dirac_canary"
-
-    def __init__(
-        self,
-        inner: PerExampleEngine,
-        *,
-        max_grad_norm: float,
-        parameter_index: int,
-        coordinate: int,
-        norm: float,
-        clip: bool = True,
-    ) -> None:
-        super().__init__(inner.model, max_grad_norm=max_grad_norm, nonfinite=inner.nonfinite)
-        self.inner = inner
-        self.parameter_index = parameter_index
-        self.coordinate = coordinate
-        self.norm = norm
-        self.clip = clip
-        self.insert = False
-        self.known_sum = 0.0
-
-    def clipped_sum(
-        self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction
-    ) -> ClippedBatch:
-        """The inner engine's clipped sum, plus the clipped canary when :attr:`insert` is set."""
-        batch = self.inner.clipped_sum(inputs, targets, loss_fn)
-        summed = [s.detach().clone() for s in batch.summed]
-        self.known_sum = float(summed[self.parameter_index].reshape(-1)[self.coordinate])
-        if not self.insert:
-            return dataclasses.replace(batch, summed=summed)
-        dtype = summed[self.parameter_index].dtype
-        norm = torch.tensor([self.norm], dtype=dtype)
-        factor = (
-            clip_factors(norm, max_grad_norm=self.max_grad_norm)
-            if self.clip
-            else torch.ones(1, dtype=dtype)
-        )
-        summed[self.parameter_index].reshape(-1)[self.coordinate] += float(factor[0] * norm[0])
-        return ClippedBatch(
-            summed=summed,
-            norms=torch.cat([batch.norms.to(dtype), norm]),
-            clip_factors=torch.cat([batch.clip_factors.to(dtype), factor]),
-            losses=torch.cat([batch.losses.to(dtype), torch.zeros(1, dtype=dtype)]),
-            outputs=batch.outputs,
-        )
-
-    def _clipped_sum(
-        self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction
-    ) -> ClippedBatch:  # pragma: no cover - clipped_sum is overridden
-        return self.inner.clipped_sum(inputs, targets, loss_fn)
-
-
 @dataclasses.dataclass(frozen=True)
 class Implementation:
-    """The DP-SGD implementation under audit: how to build its engine, optimizer and sampler.
+    """The DP-SGD implementation under audit: its engine, optimizer and sampler.
 
-    The default is dpcore's own; :mod:`audits.planted_bugs` replaces one part at a time.
+    The default is dpcore's own; :mod:`audits.planted_bugs` replaces one part at a time. The
+    canary (:class:`audits.canaries.GradientCanaries`) is hooked onto the engine, clipped by the
+    engine's rule unless ``clip_canary`` is off.
     """
 
     name: str = "dpcore (correct)"
-    engine: Callable[[nn.Module, float], DiracCanaryEngine] = dataclasses.field(
-        default=lambda model, c: canary_engine(FastEngine(model, max_grad_norm=c), c)
+    engine: Callable[[nn.Module, float], PerExampleEngine] = dataclasses.field(
+        default=lambda model, c: FastEngine(model, max_grad_norm=c)
     )
     optimizer: type[DPOptimizer] = DPOptimizer
-    shuffled: bool = False
-
-
-def canary_engine(inner: PerExampleEngine, max_grad_norm: float, clip: bool = True) -> Any:
-    """The canary wrapper on the first parameter (the weight), on the always-zero feature 0."""
-    return DiracCanaryEngine(
-        inner,
-        max_grad_norm=max_grad_norm,
-        parameter_index=0,
-        coordinate=0,
-        norm=CANARY_NORM * max_grad_norm,
-        clip=clip,
-    )
+    sampler: SamplerFactory = poisson_sampler
+    clip_canary: bool = True
 
 
 def _dataset(config: WhiteboxConfig, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -195,7 +121,10 @@ def step_scores(
     x, y = _dataset(config, seed)
     model = nn.Linear(config.features, 1).to(torch.float64)
     engine = implementation.engine(model, config.max_grad_norm)
-    engine.insert = insert
+    canary = GradientCanaries(
+        engine, norm=CANARY_NORM * config.max_grad_norm, clip=implementation.clip_canary
+    )
+    canary.coordinates = [0] if insert else []
     claimed_lot = config.sampling_probability * config.dataset_size
     optimizer = implementation.optimizer(
         torch.optim.SGD(model.parameters(), lr=config.learning_rate),
@@ -204,15 +133,7 @@ def step_scores(
         expected_batch_size=claimed_lot,
         noise=SeededGaussianNoise(seed),
     )
-    sampler: Any
-    if implementation.shuffled:
-        from audits.planted_bugs import shuffled_sampler
-
-        sampler = shuffled_sampler(config, seed)
-    else:
-        sampler = PoissonSampler(
-            config.dataset_size, sampling_probability=config.sampling_probability, seed=seed
-        )
+    sampler = implementation.sampler(config.dataset_size, config.sampling_probability, seed)
     weight = engine.parameters[0]
     scores = np.empty(config.steps)
     for t in range(config.steps):
@@ -221,7 +142,7 @@ def step_scores(
         optimizer.step(clipped)
         assert weight.grad is not None
         applied = float(weight.grad.reshape(-1)[0])
-        scores[t] = (applied * claimed_lot - engine.known_sum) / config.max_grad_norm
+        scores[t] = (applied * claimed_lot - canary.known_sum[0]) / config.max_grad_norm
     return scores
 
 

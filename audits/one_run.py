@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from audits.canaries import CANARY_NORM, GradientCanaries
 from audits.dpsgd_whitebox import _loss, single_thread
 from audits.results_io import RESULTS, load, save
 from dpcore.accountants import PldAccountant
@@ -38,17 +39,8 @@ from dpcore.auditing import one_run_epsilon_lower_bound
 from dpcore.events import dpsgd_event
 from dpcore.torch.noise import SeededGaussianNoise
 from dpcore.torch.optimizers import DPOptimizer
-from dpcore.torch.per_example.base import (
-    ClippedBatch,
-    LossFunction,
-    PerExampleEngine,
-    clip_factors,
-)
 from dpcore.torch.per_example.fast import FastEngine
 from dpcore.torch.samplers import PoissonSampler
-
-#: Canary gradient norm in units of C (>= 1, so clipping matters).
-CANARY_NORM = 4.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,54 +63,6 @@ class OneRunConfig:
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
 
 
-class CanaryRecordsEngine(PerExampleEngine):
-    """Adds, for the canaries sampled in this lot (:attr:`sampled`), their clipped Dirac
-    gradients ``clip(norm) norm e_j`` on weight coordinates ``j`` (unclipped if ``clip`` is off).
-
-    It records the real lot's clipped weight sum (:attr:`known_sum`) for the white-box auditor.
-    """
-
-    name = "canary_records"
-
-    def __init__(self, inner: PerExampleEngine, *, max_grad_norm: float, clip: bool = True):
-        super().__init__(inner.model, max_grad_norm=max_grad_norm, nonfinite=inner.nonfinite)
-        self.inner = inner
-        self.clip = clip
-        self.sampled: list[int] = []
-        #: the real lot's clipped sum of the weight (known to the white-box auditor)
-        self.known_sum = np.zeros(0)
-
-    def clipped_sum(
-        self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction
-    ) -> ClippedBatch:
-        """The real lot's clipped sum plus the sampled canaries' clipped gradients."""
-        batch = self.inner.clipped_sum(inputs, targets, loss_fn)
-        summed = [s.detach().clone() for s in batch.summed]
-        self.known_sum = summed[0].reshape(-1).numpy().copy()
-        if not self.sampled:
-            return dataclasses.replace(batch, summed=summed)
-        dtype = summed[0].dtype
-        norms = torch.full((len(self.sampled),), CANARY_NORM * self.max_grad_norm, dtype=dtype)
-        factors = (
-            clip_factors(norms, max_grad_norm=self.max_grad_norm)
-            if self.clip
-            else torch.ones_like(norms)
-        )
-        summed[0].reshape(-1)[torch.tensor(self.sampled)] += factors * norms
-        return ClippedBatch(
-            summed=summed,
-            norms=torch.cat([batch.norms.to(dtype), norms]),
-            clip_factors=torch.cat([batch.clip_factors.to(dtype), factors]),
-            losses=torch.cat([batch.losses.to(dtype), torch.zeros_like(norms)]),
-            outputs=batch.outputs,
-        )
-
-    def _clipped_sum(
-        self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction
-    ) -> ClippedBatch:  # pragma: no cover - clipped_sum is overridden
-        return self.inner.clipped_sum(inputs, targets, loss_fn)
-
-
 def real_scores(
     config: OneRunConfig, included: np.ndarray, *, noise_scale: float = 1.0, clip: bool = True
 ) -> np.ndarray:
@@ -136,7 +80,8 @@ def real_scores(
     truth = torch.randn(width, generator=generator, dtype=torch.float64)
     y = ((x @ truth) > 0).to(torch.float64)
     model = nn.Linear(width, 1).to(torch.float64)
-    engine = CanaryRecordsEngine(FastEngine(model, max_grad_norm=c), max_grad_norm=c, clip=clip)
+    engine = FastEngine(model, max_grad_norm=c)
+    canaries = GradientCanaries(engine, norm=CANARY_NORM * c, clip=clip)
     claimed_lot = config.sampling_probability * config.dataset_size
     optimizer = DPOptimizer(
         torch.optim.SGD(model.parameters(), lr=config.learning_rate),
@@ -153,10 +98,10 @@ def real_scores(
     for _ in range(config.steps):
         lot = sampler.sample()
         real = lot[lot < config.dataset_size]
-        canaries = (lot[lot >= config.dataset_size] - config.dataset_size).numpy()
-        engine.sampled = [int(i) for i in canaries if included[i]]
+        sampled = (lot[lot >= config.dataset_size] - config.dataset_size).numpy()
+        canaries.coordinates = [int(i) for i in sampled if included[i]]
         clipped = engine.clipped_sum(x[real], y[real], _loss)
-        known = engine.known_sum[:m]
+        known = canaries.known_sum[:m]
         optimizer.step(clipped)
         assert weight.grad is not None
         applied = weight.grad.reshape(-1)[:m].detach().numpy()

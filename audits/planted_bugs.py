@@ -25,25 +25,18 @@ from __future__ import annotations
 
 import dataclasses
 import time
-import warnings
 from typing import Any
 
 import torch
 from torch import nn
 
-from audits.dpsgd_whitebox import (
-    Implementation,
-    WhiteboxConfig,
-    audit_one,
-    canary_engine,
-    single_thread,
-)
+from audits.canaries import shuffled_sampler
+from audits.dpsgd_whitebox import Implementation, WhiteboxConfig, audit_one, single_thread
 from audits.results_io import RESULTS, load, save
 from dpcore.calibration import calibrate_noise
 from dpcore.torch.optimizers import DPOptimizer
-from dpcore.torch.per_example.base import ClippedBatch
+from dpcore.torch.per_example.base import ClippedBatch, LossFunction
 from dpcore.torch.per_example.fast import FastEngine
-from dpcore.torch.samplers import PoissonMismatchWarning, ShuffledBatchSampler
 
 #: Data-parallel workers of the per-worker-noise mutant.
 WORKERS = 4
@@ -83,28 +76,29 @@ class PerWorkerNoiseOptimizer(DPOptimizer):
         return noisy
 
 
+class UnclippedEngine(FastEngine):
+    """Mutant 2: clips at 1e12 (never) while it computes, but reports C, so the noise assumes C."""
+
+    def _clipped_sum(
+        self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction
+    ) -> ClippedBatch:
+        claimed, self.max_grad_norm = self.max_grad_norm, 1e12
+        try:
+            return super()._clipped_sum(inputs, targets, loss_fn)
+        finally:
+            self.max_grad_norm = claimed
+
+
 def _unclipped_engine(model: nn.Module, c: float) -> Any:
-    """Mutant 2: the engine clips at 1e12 (never) while the noise still assumes C."""
-    return canary_engine(FastEngine(model, max_grad_norm=1e12), c, clip=False)
-
-
-def shuffled_sampler(config: WhiteboxConfig, seed: int) -> ShuffledBatchSampler:
-    """Mutant 4's sampler: batches of round(q N) from a shuffle per epoch (warning silenced)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", PoissonMismatchWarning)
-        return ShuffledBatchSampler(
-            config.dataset_size,
-            batch_size=round(config.sampling_probability * config.dataset_size),
-            seed=seed,
-        )
+    return UnclippedEngine(model, max_grad_norm=c)
 
 
 IMPLEMENTATIONS: tuple[Implementation, ...] = (
     Implementation(),
     Implementation(name="halved noise", optimizer=HalvedNoiseOptimizer),
-    Implementation(name="no clipping", engine=_unclipped_engine),
+    Implementation(name="no clipping", engine=_unclipped_engine, clip_canary=False),
     Implementation(name="realised lot size", optimizer=RealisedLotSizeOptimizer),
-    Implementation(name="shuffled as Poisson", shuffled=True),
+    Implementation(name="shuffled as Poisson", sampler=shuffled_sampler),
     Implementation(name="noise per worker", optimizer=PerWorkerNoiseOptimizer),
 )
 

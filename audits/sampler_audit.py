@@ -23,16 +23,15 @@ from __future__ import annotations
 
 import dataclasses
 import time
-import warnings
 from typing import Any
 
 import numpy as np
 from scipy import stats
 
+from audits.canaries import SamplerFactory, poisson_sampler, shuffled_sampler
 from audits.results_io import RESULTS, load, save
 from dpcore.accountants import PldAccountant
 from dpcore.events import dpsgd_event
-from dpcore.torch.samplers import PoissonMismatchWarning, PoissonSampler, ShuffledBatchSampler
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,19 +48,13 @@ class SamplerAuditConfig:
     seeds: tuple[int, ...] = (0, 1, 2)
 
 
+#: the samplers this audit compares
+SAMPLERS: dict[str, SamplerFactory] = {"poisson": poisson_sampler, "shuffled": shuffled_sampler}
+
+
 def make_sampler(kind: str, config: SamplerAuditConfig, seed: int) -> Any:
     """dpcore's ``PoissonSampler`` or ``ShuffledBatchSampler`` (batch round(q N), warning off)."""
-    if kind == "poisson":
-        return PoissonSampler(
-            config.dataset_size, sampling_probability=config.sampling_probability, seed=seed
-        )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", PoissonMismatchWarning)
-        return ShuffledBatchSampler(
-            config.dataset_size,
-            batch_size=round(config.sampling_probability * config.dataset_size),
-            seed=seed,
-        )
+    return SAMPLERS[kind](config.dataset_size, config.sampling_probability, seed)
 
 
 def inclusion_counts(sampler: Any, config: SamplerAuditConfig) -> np.ndarray:

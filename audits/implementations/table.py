@@ -117,6 +117,13 @@ def run(config: ImplementationsConfig = ImplementationsConfig()) -> list[dict[st
                 close()
     order = [(impl.name, seed) for impl, seed in plan]
     every = [row for key in sorted(done, key=order.index) for row in done[key]]
+    summary = save(every, config)
+    _partial().unlink(missing_ok=True)
+    return summary
+
+
+def save(every: list[dict[str, Any]], config: ImplementationsConfig) -> list[dict[str, Any]]:
+    """Write every seed's rows and their summary (with provenance); return the summary."""
     summary = summarise(every)
     (RESULTS / "implementations_seeds.json").write_text(
         json.dumps({"rows": every}, indent=1, allow_nan=False) + "\n"
@@ -125,7 +132,6 @@ def run(config: ImplementationsConfig = ImplementationsConfig()) -> list[dict[st
     (RESULTS / "implementations.json").write_text(
         json.dumps({"rows": summary, "provenance": meta}, indent=1, allow_nan=False) + "\n"
     )
-    _partial().unlink(missing_ok=True)
     return summary
 
 

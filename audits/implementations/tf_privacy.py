@@ -44,7 +44,7 @@ class TfPrivacy:
 
     def __init__(self) -> None:
         self._worker: subprocess.Popen[str] | None = None
-        self._folder = tempfile.TemporaryDirectory(prefix="tf-privacy-audit-")
+        self._folder: tempfile.TemporaryDirectory[str] | None = None
 
     def _start(self) -> subprocess.Popen[str]:
         if self._worker is None:
@@ -53,6 +53,7 @@ class TfPrivacy:
                     f"no TF Privacy environment at {python()} (nox -s audit makes it; or set "
                     "DPCORE_TF_PRIVACY_PYTHON)"
                 )
+            self._folder = tempfile.TemporaryDirectory(prefix="tf-privacy-audit-")
             self._worker = subprocess.Popen(
                 [str(python()), "-m", "audits.implementations.tf_privacy_worker"],
                 cwd=ROOT,
@@ -70,9 +71,13 @@ class TfPrivacy:
             self._worker.stdin.close()
             self._worker.wait(timeout=60)
             self._worker = None
+        if self._folder is not None:
+            self._folder.cleanup()
+            self._folder = None
 
     def train(self, task: AuditTask, observer: Observer) -> Claim:
         worker = self._start()
+        assert self._folder is not None
         path = str(Path(self._folder.name) / f"task-{task.seed}-{task.steps}.npz")
         np.savez(
             path,

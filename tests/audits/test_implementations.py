@@ -10,6 +10,7 @@ import pytest
 from audits.implementations import table
 from audits.implementations.dpcore_torch import DpcoreTorch
 from audits.implementations.opacus_adapter import Opacus
+from audits.implementations.plain_torch import PLANTED_BUGS, PlainTorchDpSgd
 from audits.results_io import RESULTS
 from dpcore.auditing import AuditSettings, audit_implementation
 
@@ -78,3 +79,11 @@ def test_committed_table_has_every_implementation_and_audit() -> None:
 def test_readme_table_is_rendered_from_the_committed_results() -> None:
     rows = json.loads((RESULTS / "implementations.json").read_text())["rows"]
     assert table.markdown(rows) in table.README.read_text()
+
+
+def test_committed_table_flags_every_planted_bug() -> None:
+    rows = json.loads((RESULTS / "implementations.json").read_text())["rows"]
+    for bug in PLANTED_BUGS:
+        name = PlainTorchDpSgd(bug).name
+        verdicts = {row["audit"]: row["verdict"] for row in rows if row["implementation"] == name}
+        assert len(verdicts) == 4 and any(v != "consistent" for v in verdicts.values()), name

@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Literal
 
 import torch
@@ -64,6 +64,10 @@ class ClippedBatch:
     clip_factors: torch.Tensor
     losses: torch.Tensor
     outputs: Batch | None
+
+
+#: An audit hook: ``hook(engine, batch) -> batch`` (see :meth:`PerExampleEngine.add_audit_hook`).
+AuditHook = Callable[["PerExampleEngine", ClippedBatch], ClippedBatch]
 
 
 def clip_factors(
@@ -129,6 +133,19 @@ class PerExampleEngine(abc.ABC):
         if not self.named_parameters:
             raise IncompatibleModelError("The model has no trainable parameter to clip.")
         self.prepared = False
+        #: Audit hooks (:meth:`add_audit_hook`), applied in order to every clipped sum.
+        self.audit_hooks: list[AuditHook] = []
+
+    def add_audit_hook(self, hook: AuditHook) -> Callable[[], None]:
+        """Install ``hook(engine, batch) -> batch``, applied to every :meth:`clipped_sum` result.
+
+        For auditors only: a hook sees (and may change, e.g. by inserting a gradient canary)
+        the clipped sum before the optimizer privatises it, so it can break the privacy that
+        the ledger records. dpcore's training code never installs one. Returns a function that
+        removes the hook.
+        """
+        self.audit_hooks.append(hook)
+        return lambda: self.audit_hooks.remove(hook)
 
     def prepare(self, inputs: Batch, targets: Batch, loss_fn: LossFunction) -> None:
         """Check the model on two trial lots built from these examples, once, before training.
@@ -197,17 +214,21 @@ class PerExampleEngine(abc.ABC):
             )
         if size == 0:
             empty = torch.zeros(0, dtype=self.parameters[0].dtype)
-            return ClippedBatch(
+            batch = ClippedBatch(
                 summed=[torch.zeros_like(p) for p in self.parameters],
                 norms=empty,
                 clip_factors=empty,
                 losses=empty,
                 outputs=None,
             )
-        if not self.prepared:
-            pool = slice(0, self.TRIAL_POOL)
-            self.prepare(take(inputs, pool), take(targets, pool), loss_fn)
-        return self._clipped_sum(inputs, targets, loss_fn)
+        else:
+            if not self.prepared:
+                pool = slice(0, self.TRIAL_POOL)
+                self.prepare(take(inputs, pool), take(targets, pool), loss_fn)
+            batch = self._clipped_sum(inputs, targets, loss_fn)
+        for hook in self.audit_hooks:
+            batch = hook(self, batch)
+        return batch
 
     @abc.abstractmethod
     def _clipped_sum(self, inputs: Batch, targets: Batch, loss_fn: LossFunction) -> ClippedBatch:

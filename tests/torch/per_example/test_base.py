@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -10,7 +11,8 @@ from torch import nn
 
 from dpcore.errors import InvalidParameterError
 from dpcore.torch.errors import IncompatibleModelError, NonFiniteGradientError
-from dpcore.torch.per_example.base import clip_factors
+from dpcore.torch.per_example.base import ClippedBatch, clip_factors
+from dpcore.torch.per_example.fast import FastEngine
 from dpcore.torch.per_example.vmap import VmapEngine
 
 
@@ -70,3 +72,28 @@ def test_mismatched_targets_are_rejected() -> None:
             torch.zeros(3, dtype=torch.long),
             nn.CrossEntropyLoss(reduction="none"),
         )
+
+
+def test_audit_hooks_see_every_clipped_sum_and_can_be_removed() -> None:
+    model = nn.Linear(3, 1).to(torch.float64)
+    engine = FastEngine(model, max_grad_norm=1.0)
+    seen: list[int] = []
+
+    def shift(_: object, batch: ClippedBatch) -> ClippedBatch:
+        seen.append(int(batch.clip_factors.numel()))
+        return dataclasses.replace(batch, summed=[s + 1.0 for s in batch.summed])
+
+    def loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return (outputs.squeeze(-1) - targets) ** 2
+
+    x, y = torch.randn(5, 3, dtype=torch.float64), torch.randn(5, dtype=torch.float64)
+    plain = engine.clipped_sum(x, y, loss)
+    remove = engine.add_audit_hook(shift)
+    hooked = engine.clipped_sum(x, y, loss)
+    empty = engine.clipped_sum(x[:0], y[:0], loss)  # an empty lot goes through the hook too
+    remove()
+    again = engine.clipped_sum(x, y, loss)
+    assert seen == [5, 0]
+    for a, b, c, d in zip(plain.summed, hooked.summed, empty.summed, again.summed, strict=True):
+        assert torch.equal(b, a + 1.0) and torch.equal(c, torch.ones_like(a))
+        assert torch.equal(d, a)
