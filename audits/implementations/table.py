@@ -1,9 +1,10 @@
 """The implementation audits: every adapter x every audit, over seeds; results and README table.
 
 ``python -m audits --only implementations`` (part of ``nox -s audit``) writes
-``audits/results/implementations.json`` (``{"rows": [...]}``, one row per implementation and
-audit, seeds summarised), ``implementations_seeds.json`` (every seed's row) and the README table
-between its markers. Each (implementation, seed) is appended to a partial file as it finishes, so
+``audits/results/implementations.json`` (``{"rows": [...]}``, one row per library
+implementation and audit, seeds summarised), ``implementations_planted.json`` (the same for the
+hand-written loop and its planted bugs), ``implementations_seeds.json`` (every seed's row) and
+the README tables between their markers. Each (implementation, seed) is appended to a partial file as it finishes, so
 a killed run resumes where it stopped.
 
 Implementations: dpcore (Poisson lots), Opacus 1.6 with Poisson sampling and with its loader's
@@ -38,6 +39,10 @@ from reproductions.common import write_between_markers
 
 README = ROOT / "README.md"
 MARKERS = ("<!-- implementation-audits:start -->", "<!-- implementation-audits:end -->")
+PLANTED_MARKERS = ("<!-- planted-bug-audits:start -->", "<!-- planted-bug-audits:end -->")
+#: the libraries' rows (``implementations.json``); the hand-written loop and its planted bugs go
+#: to ``implementations_planted.json``
+LIBRARIES = ("dpcore", "opacus", "tf_privacy")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,9 +134,12 @@ def save(every: list[dict[str, Any]], config: ImplementationsConfig) -> list[dic
         json.dumps({"rows": every}, indent=1, allow_nan=False) + "\n"
     )
     meta = provenance(root=ROOT, audit="implementations", config=dataclasses.asdict(config))
-    (RESULTS / "implementations.json").write_text(
-        json.dumps({"rows": summary, "provenance": meta}, indent=1, allow_nan=False) + "\n"
-    )
+    libraries = [row for row in summary if row["implementation"].startswith(LIBRARIES)]
+    planted = [row for row in summary if not row["implementation"].startswith(LIBRARIES)]
+    for stem, rows in (("implementations", libraries), ("implementations_planted", planted)):
+        (RESULTS / f"{stem}.json").write_text(
+            json.dumps({"rows": rows, "provenance": meta}, indent=1, allow_nan=False) + "\n"
+        )
     return summary
 
 
@@ -165,11 +173,22 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def load(stem: str) -> list[dict[str, Any]]:
+    """The saved summary rows of ``implementations`` or ``implementations_planted``."""
+    rows: list[dict[str, Any]] = json.loads((RESULTS / f"{stem}.json").read_text())["rows"]
+    return rows
+
+
 def write_report() -> None:
-    """``results/implementations.md`` and the README table, from the saved summary."""
-    rows = json.loads((RESULTS / "implementations.json").read_text())["rows"]
-    table = markdown(rows)
+    """``results/implementations.md`` and the README tables, from the saved summaries."""
+    libraries = markdown(load("implementations"))
+    planted = markdown(load("implementations_planted"))
     (RESULTS / "implementations.md").write_text(
-        "# Audits of DP-SGD implementations\n\n" + table + "\n"
+        "# Audits of DP-SGD implementations\n\n"
+        + libraries
+        + "\n\n## A hand-written loop and its planted bugs\n\n"
+        + planted
+        + "\n"
     )
-    write_between_markers(README, *MARKERS, table)
+    write_between_markers(README, *MARKERS, libraries)
+    write_between_markers(README, *PLANTED_MARKERS, planted)

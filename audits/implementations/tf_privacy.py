@@ -67,9 +67,10 @@ class TfPrivacy:
     def close(self) -> None:
         """Stop the worker."""
         if self._worker is not None:
-            assert self._worker.stdin is not None
+            assert self._worker.stdin is not None and self._worker.stdout is not None
             self._worker.stdin.close()
             self._worker.wait(timeout=60)
+            self._worker.stdout.close()
             self._worker = None
         if self._folder is not None:
             self._folder.cleanup()
