@@ -4,8 +4,8 @@
 ``audits/results/implementations.json`` (``{"rows": [...]}``, one row per library
 implementation and audit, seeds summarised), ``implementations_planted.json`` (the same for the
 hand-written loop and its planted bugs), ``implementations_seeds.json`` (every seed's row) and
-the README tables between their markers. Each (implementation, seed) is appended to a partial file as it finishes, so
-a killed run resumes where it stopped.
+the README tables between their markers. Each (implementation, seed) is appended to a partial
+file as it finishes, so a killed run resumes where it stopped.
 
 Implementations: dpcore (Poisson lots), Opacus 1.6 with Poisson sampling and with its loader's
 shuffled batches, TF Privacy 0.9 (``model.fit``), a hand-written torch loop, and the hand-written
