@@ -30,6 +30,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ from dpcore.torch.ledger import PrivacyLedger, training_statement, write_stateme
 from dpcore.torch.noise import NoiseSource, SeededGaussianNoise
 from dpcore.torch.optimizers import DPOptimizer
 from dpcore.torch.per_example.base import ClippedBatch, LossFunction, NonFinitePolicy
+from dpcore.torch.per_example.jl import JLEngine
 from dpcore.torch.samplers import PoissonSampler
 from dpcore.torch.training import StepResult
 from dpcore.validation import check_positive, check_probability
@@ -56,6 +58,8 @@ AGREED = (
     "max_grad_norm",
     "dataset_size",
     "world_size",
+    "jl_dimension",
+    "engine",
     "model architecture",
     "model parameters",
 )
@@ -142,11 +146,14 @@ class DistributedDPTrainer:
         noise_multiplier: sigma > 0.
         max_grad_norm: the clipping norm C > 0.
         sampling_probability: q in (0, 1], the global Poisson rate.
-        engine: ``"auto"``, ``"fast"`` or ``"vmap"`` (exact engines; JL is refused for now: its
-            shared directions would have to be drawn identically on every rank every step).
+        engine: ``"auto"``, ``"fast"``, ``"vmap"`` (exact) or ``"jl"`` (DP-SGD-JL with
+            ``jl_dimension``: every rank draws the step's r directions from a source seeded
+            alike, every step, so all ranks project on the same directions).
+        jl_dimension: r for ``engine="jl"``.
         noise: rank 0's noise source (default seeded from ``seed``).
-        seed: seeds rank 0's noise and every rank's sampler (``seed + 1 + rank``); ``None``
-            draws them from the OS.
+        seed: seeds rank 0's noise (``seed``), the JL directions (``seed + 1``, the same on
+            every rank) and each rank's sampler (``seed + 2 + rank``); ``None`` draws them from
+            the OS (the directions' seed on rank 0, sent to the others).
         nonfinite: ``"raise"`` or ``"zero"`` for NaN/inf per-example gradients.
         timeout_s: timeout of every collective, in seconds.
 
@@ -168,6 +175,7 @@ class DistributedDPTrainer:
         max_grad_norm: float,
         sampling_probability: float,
         engine: str = "auto",
+        jl_dimension: int | None = None,
         noise: NoiseSource | None = None,
         seed: int | None = None,
         nonfinite: NonFinitePolicy = "raise",
@@ -185,8 +193,6 @@ class DistributedDPTrainer:
                 "all-reduces clipped sums itself)",
                 "a DistributedDataParallel wrapper",
             )
-        if engine == "jl":
-            raise InvalidParameterError("engine", "'auto', 'fast' or 'vmap'", engine)
         q = check_probability("sampling_probability", sampling_probability)
         sigma = check_positive("noise_multiplier", noise_multiplier)
         c = check_positive("max_grad_norm", max_grad_norm)
@@ -207,6 +213,8 @@ class DistributedDPTrainer:
                 c,
                 float(size),
                 float(self.world_size),
+                float(jl_dimension or 0),
+                float(int(hashlib.sha256(engine.encode()).hexdigest()[:12], 16)),
                 _architecture_code(model),
                 _parameter_code(model),
             ]
@@ -217,9 +225,17 @@ class DistributedDPTrainer:
         self.sampler = PoissonSampler(
             len(self.shard),
             sampling_probability=q,
-            seed=None if seed is None else seed + 1 + self.rank,
+            seed=None if seed is None else seed + 2 + self.rank,
         )
-        self.engine = make_engine(model, engine=engine, max_grad_norm=c, nonfinite=nonfinite)
+        self.engine = make_engine(
+            model,
+            engine=engine,
+            max_grad_norm=c,
+            jl_dimension=jl_dimension,
+            directions=SeededGaussianNoise(self._shared_seed(seed)),
+            nonfinite=nonfinite,
+        )
+        self.jl_dimension = self.engine.jl_dimension if isinstance(self.engine, JLEngine) else None
         if len(self.shard):
             pool = self.shard[: self.engine.TRIAL_POOL]
             self.engine.prepare(take(inputs, pool), take(targets, pool), loss_fn)
@@ -234,6 +250,14 @@ class DistributedDPTrainer:
         )
         self.ledger = PrivacyLedger(dataset_size=size, sampler="poisson")
 
+    def _shared_seed(self, seed: int | None) -> int:
+        """The JL directions' seed: ``seed + 1``, or rank 0's draw from the OS sent to all."""
+        if seed is not None:
+            return seed + 1
+        drawn = torch.tensor([int.from_bytes(os.urandom(7), "little")], dtype=torch.int64)
+        _collective(lambda: dist.broadcast(drawn, src=0, group=self.group))
+        return int(drawn[0])
+
     def _agree(self, values: list[float]) -> None:
         mine = torch.tensor(values, dtype=torch.float64)
         every = [torch.zeros_like(mine) for _ in range(self.world_size)]
@@ -242,7 +266,7 @@ class DistributedDPTrainer:
             seen = [float(v[index]) for v in every]
             if any(value != seen[0] for value in seen):
                 raise InvalidParameterError(
-                    name, "the same on every rank", f"per rank {seen}" if index < 5 else "differs"
+                    name, "the same on every rank", f"per rank {seen}" if index < 6 else "differs"
                 )
 
     @property
@@ -265,11 +289,16 @@ class DistributedDPTrainer:
         self.model.train()
         local = self.shard[self.sampler.sample()]
         inputs, targets = take(self.inputs, local), take(self.targets, local)
-        clipped = self.engine.clipped_sum(inputs, targets, self.loss_fn)
+        if isinstance(self.engine, JLEngine):
+            with self.engine.drawn_lot():  # the same directions on every rank, every step
+                clipped = self.engine.clipped_sum(inputs, targets, self.loss_fn)
+        else:
+            clipped = self.engine.clipped_sum(inputs, targets, self.loss_fn)
         self.optimizer.step(clipped)
         self.ledger.record(
             sampling_probability=self.sampling_probability,
             noise_multiplier=self.optimizer.noise_multiplier,
+            jl_dimension=self.jl_dimension,
         )
         loss = float(clipped.losses.mean()) if len(local) else math.nan
         return StepResult(self.ledger.steps, len(local), loss, math.nan)
@@ -317,6 +346,8 @@ class DistributedDPTrainer:
                 "samplers": samplers,
                 "world_size": self.world_size,
             }
+            if isinstance(self.engine, JLEngine):
+                checkpoint["directions"] = self.engine.directions.state_dict()
             with atomic_path(path) as temporary:
                 torch.save(checkpoint, temporary)
         _collective(lambda: dist.barrier(group=self.group))
@@ -341,6 +372,8 @@ class DistributedDPTrainer:
             self.model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
             self.sampler.load_state_dict(state["samplers"][self.rank])
+            if isinstance(self.engine, JLEngine):
+                self.engine.directions.load_state_dict(state["directions"])
             self.ledger = PrivacyLedger.from_state_dict(state["ledger"])
         except (KeyError, RuntimeError, TypeError, ValueError) as error:
             if isinstance(error, DPCoreError):

@@ -56,9 +56,9 @@ def trainer(net: nn.Module, **changes: Any) -> DistributedDPTrainer:
 
 
 def scenario(name: str, rank: int, world: int, out: Path) -> dict[str, Any]:
-    if name in ("train", "straight", "first_half"):
+    if name in ("train", "train_jl", "straight", "first_half"):
         net = model()
-        run = trainer(net)
+        run = trainer(net, **({"engine": "jl", "jl_dimension": 3} if name == "train_jl" else {}))
         lots = []
         steps = 6 if name == "first_half" else 12
         for _ in range(steps):
@@ -103,6 +103,8 @@ def scenario(name: str, rank: int, world: int, out: Path) -> dict[str, Any]:
             run.step()
             updates.append((before - net.weight.detach()).reshape(-1) * run.expected_lot_size)
         return {"updates": torch.stack(updates)}
+    if name == "engine_mismatch":
+        trainer(model(), engine="jl" if rank else "fast", jl_dimension=2 if rank else None)
     if name == "sigma_mismatch":
         trainer(model(), noise_multiplier=SIGMA * (1 + rank))
     if name == "model_mismatch":

@@ -21,6 +21,7 @@ from dpcore.torch.distributed import DistributedDPTrainer
 from dpcore.torch.noise import SeededGaussianNoise
 from dpcore.torch.optimizers import DPOptimizer
 from dpcore.torch.per_example.fast import FastEngine
+from dpcore.torch.per_example.jl import JLEngine
 from tests.torch import distributed_worker as worker
 
 
@@ -36,9 +37,9 @@ def _spawn(tmp_path: Path, name: str, world: int) -> list[dict[str, Any]]:
     return [torch.load(tmp_path / f"{name}-{rank}.pt", weights_only=False) for rank in range(world)]
 
 
-@pytest.mark.parametrize("world", [2, 4])
-def test_ranks_equal_one_process_over_the_union_lots(tmp_path: Path, world: int) -> None:
-    results = _spawn(tmp_path, "train", world)
+@pytest.mark.parametrize(("world", "jl"), [(2, False), (4, False), (2, True)])
+def test_ranks_equal_one_process_over_the_union_lots(tmp_path: Path, world: int, jl: bool) -> None:
+    results = _spawn(tmp_path, "train_jl" if jl else "train", world)
     for result in results:
         assert "error" not in result, result.get("trace")
     # every rank ends with the same parameters and the same ledger
@@ -48,7 +49,16 @@ def test_ranks_equal_one_process_over_the_union_lots(tmp_path: Path, world: int)
         assert result["ledger"] == results[0]["ledger"]
     # one process, the same global lots (the union of the ranks'), rank 0's noise seed
     net = worker.model()
-    engine = FastEngine(net, max_grad_norm=worker.C)
+    engine: FastEngine | JLEngine = (
+        JLEngine(
+            net,
+            max_grad_norm=worker.C,
+            jl_dimension=3,
+            directions=SeededGaussianNoise(worker.SEED + 1),
+        )
+        if jl
+        else FastEngine(net, max_grad_norm=worker.C)
+    )
     optimizer = DPOptimizer(
         torch.optim.SGD(net.parameters(), lr=worker.LR),
         engine=engine,
@@ -60,7 +70,11 @@ def test_ranks_equal_one_process_over_the_union_lots(tmp_path: Path, world: int)
     loss = nn.CrossEntropyLoss(reduction="none")
     for step in range(12):
         lot = torch.cat([result["lots"][step] for result in results])
-        optimizer.step(engine.clipped_sum(inputs[lot], targets[lot], loss))
+        if isinstance(engine, JLEngine):
+            with engine.drawn_lot():  # directions drawn every step, as every rank does
+                optimizer.step(engine.clipped_sum(inputs[lot], targets[lot], loss))
+        else:
+            optimizer.step(engine.clipped_sum(inputs[lot], targets[lot], loss))
     for a, b in zip(net.parameters(), results[0]["params"], strict=True):
         torch.testing.assert_close(a.detach(), b, rtol=1e-12, atol=1e-12)
     ledger = results[0]["ledger"]
@@ -99,6 +113,7 @@ def test_kill_and_resume_gives_the_uninterrupted_run(tmp_path: Path) -> None:
     ("name", "error", "text"),
     [
         ("sigma_mismatch", "InvalidParameterError", "noise_multiplier"),
+        ("engine_mismatch", "InvalidParameterError", "jl_dimension"),
         ("model_mismatch", "InvalidParameterError", "model parameters"),
         ("batchnorm", "IncompatibleModelError", "BatchNorm"),
         ("ddp", "InvalidParameterError", "DistributedDataParallel"),

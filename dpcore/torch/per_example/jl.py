@@ -121,6 +121,17 @@ class JLEngine(PerExampleEngine):
         return self._project(inputs, targets, loss_fn, tangents)
 
     @contextlib.contextmanager
+    def drawn_lot(self) -> Iterator[None]:
+        """Directions drawn now, even if the lot turns out empty, and shared by the lot.
+
+        Data-parallel ranks whose direction sources are seeded alike thus project every step on
+        the same directions, whatever their local lots hold (:mod:`dpcore.torch.distributed`).
+        """
+        with self.one_lot():
+            self._lot_directions = self._draw_directions()
+            yield
+
+    @contextlib.contextmanager
     def one_lot(self) -> Iterator[None]:
         """Directions drawn once, at the lot's first non-empty micro-batch, shared by the lot."""
         self._in_lot, self._lot_directions = True, None
