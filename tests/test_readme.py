@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,3 +28,25 @@ def test_example_runs_as_pasted(name: str, tmp_path: Path) -> None:
         exec(compile(EXAMPLES[name], f"README example {name}", "exec"), {"__name__": "readme"})
     finally:
         os.chdir(here)
+
+
+def test_torchrun_example_runs_as_pasted(tmp_path: Path) -> None:
+    block = re.search(r"<!-- example: torchrun -->\n```bash\n(.*?)```", README.read_text(), re.S)
+    assert block is not None
+    script = re.search(r"<<'EOF'\n(.*?)\nEOF\n", block.group(1), re.S)
+    assert script is not None and "torchrun --nproc-per-node 2 ddp_example.py" in block.group(1)
+    (tmp_path / "ddp_example.py").write_text(script.group(1) + "\n")
+    completed = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "ddp_example.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    line = completed.stdout.strip().splitlines()[-1]
+    # the accounting is deterministic; the accuracy may differ in its last digit across CPUs
+    assert re.fullmatch(
+        r"2 ranks, 200 steps: train accuracy 0\.9\d\d, epsilon 4\.77 \(delta = 1e-5\)", line
+    ), line

@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from audits.implementations.distributed_worker import NOISE_AVERAGED
+from audits.implementations.dpcore_distributed import DpcoreDistributed
 from audits.implementations.dpcore_torch import DpcoreTorch
 from audits.implementations.opacus_adapter import Opacus
 from audits.implementations.plain_torch import PLANTED_BUGS, PlainTorchDpSgd
@@ -40,8 +42,8 @@ from reproductions.common import write_between_markers
 README = ROOT / "README.md"
 MARKERS = ("<!-- implementation-audits:start -->", "<!-- implementation-audits:end -->")
 PLANTED_MARKERS = ("<!-- planted-bug-audits:start -->", "<!-- planted-bug-audits:end -->")
-#: the libraries' rows (``implementations.json``); the hand-written loop and its planted bugs go
-#: to ``implementations_planted.json``
+#: the libraries' rows (``implementations.json``) start with these; the hand-written loop and
+#: every planted bug go to ``implementations_planted.json``
 LIBRARIES = ("dpcore", "opacus", "tf_privacy")
 
 
@@ -55,10 +57,21 @@ class ImplementationsConfig:
     one_run: AuditSettings = ONE_RUN_SETTINGS
     seeds: int = 20
     bug_seeds: int = 3
+    #: dpcore's data-parallel trainer runs every task in 2 spawned processes (about 5 s each),
+    #: so it gets fewer runs per world and seeds
+    distributed_per_step: AuditSettings = dataclasses.field(
+        default_factory=lambda: AuditSettings(steps=50, runs=10)
+    )
+    distributed_seeds: int = 2
 
 
-def implementations() -> list[tuple[Implementation, bool]]:
-    """(implementation, is it a planted bug)."""
+def is_planted(implementation: Implementation) -> bool:
+    """The hand-written loop (correct or not) and every implementation with a planted bug."""
+    return isinstance(implementation, PlainTorchDpSgd) or bool(getattr(implementation, "bug", ""))
+
+
+def implementations() -> list[tuple[Implementation, str]]:
+    """(implementation, kind): kind is "correct", "bug" or "distributed"."""
     correct: list[Implementation] = [
         DpcoreTorch(),
         Opacus(poisson_sampling=True),
@@ -66,7 +79,12 @@ def implementations() -> list[tuple[Implementation, bool]]:
         TfPrivacy(),
         PlainTorchDpSgd(),
     ]
-    return [(i, False) for i in correct] + [(PlainTorchDpSgd(b), True) for b in PLANTED_BUGS]
+    distributed: list[Implementation] = [DpcoreDistributed(), DpcoreDistributed(bug=NOISE_AVERAGED)]
+    return (
+        [(i, "correct") for i in correct]
+        + [(PlainTorchDpSgd(b), "bug") for b in PLANTED_BUGS]
+        + [(i, "distributed") for i in distributed]
+    )
 
 
 def _partial() -> Path:
@@ -96,20 +114,24 @@ def run(config: ImplementationsConfig = ImplementationsConfig()) -> list[dict[st
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     done = _done()
+    seeds = {
+        "correct": config.seeds,
+        "bug": config.bug_seeds,
+        "distributed": config.distributed_seeds,
+    }
+    per_step = {"distributed": config.distributed_per_step}
     plan = [
-        (implementation, seed)
-        for implementation, bug in implementations()
-        for seed in range(config.bug_seeds if bug else config.seeds)
+        (implementation, seed, per_step.get(kind, config.per_step))
+        for implementation, kind in implementations()
+        for seed in range(seeds[kind])
     ]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny lots: intra-op threads only contend
     try:
-        for implementation, seed in _progress(len(plan))(iter(plan)):
+        for implementation, seed, settings in _progress(len(plan))(iter(plan)):
             if (implementation.name, seed) in done:
                 continue
-            rows = audit_seed(
-                implementation, per_step=config.per_step, one_run=config.one_run, seed=seed
-            )
+            rows = audit_seed(implementation, per_step=settings, one_run=config.one_run, seed=seed)
             with _partial().open("a") as stream:
                 record = {"implementation": implementation.name, "seed": seed, "rows": rows}
                 stream.write(json.dumps(record, allow_nan=False) + "\n")
@@ -120,7 +142,7 @@ def run(config: ImplementationsConfig = ImplementationsConfig()) -> list[dict[st
             close = getattr(implementation, "close", None)
             if close is not None:
                 close()
-    order = [(impl.name, seed) for impl, seed in plan]
+    order = [(impl.name, seed) for impl, seed, _ in plan]
     every = [row for key in sorted(done, key=order.index) for row in done[key]]
     summary = save(every, config)
     _partial().unlink(missing_ok=True)
@@ -134,8 +156,9 @@ def save(every: list[dict[str, Any]], config: ImplementationsConfig) -> list[dic
         json.dumps({"rows": every}, indent=1, allow_nan=False) + "\n"
     )
     meta = provenance(root=ROOT, audit="implementations", config=dataclasses.asdict(config))
-    libraries = [row for row in summary if row["implementation"].startswith(LIBRARIES)]
-    planted = [row for row in summary if not row["implementation"].startswith(LIBRARIES)]
+    planted_names = {impl.name for impl, _ in implementations() if is_planted(impl)}
+    libraries = [row for row in summary if row["implementation"] not in planted_names]
+    planted = [row for row in summary if row["implementation"] in planted_names]
     for stem, rows in (("implementations", libraries), ("implementations_planted", planted)):
         (RESULTS / f"{stem}.json").write_text(
             json.dumps({"rows": rows, "provenance": meta}, indent=1, allow_nan=False) + "\n"

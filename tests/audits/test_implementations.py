@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 
 from audits.implementations import table
+from audits.implementations.distributed_worker import NOISE_AVERAGED
+from audits.implementations.dpcore_distributed import DpcoreDistributed
 from audits.implementations.dpcore_torch import DpcoreTorch
 from audits.implementations.opacus_adapter import Opacus
 from audits.implementations.plain_torch import PLANTED_BUGS, PlainTorchDpSgd
@@ -57,22 +59,16 @@ def test_committed_table_has_every_implementation_and_audit() -> None:
         "seeds",
     }
     assert all(keys <= set(row) for row in rows)
-    names = {row["implementation"] for row in rows}
-    assert {impl.name for impl, _ in table.implementations()} == names
-    assert any(n.startswith("dpcore") for n in names) and any(
-        n.startswith("tf_privacy") for n in names
-    )
+    assert {row["implementation"] for row in rows} == {i.name for i, _ in table.implementations()}
+    names = {row["implementation"] for row in libraries}
     assert sum(n.startswith("opacus") for n in names) == 2
-    correct = [
-        r
-        for r in rows
-        if "(correct)" in r["implementation"] or not r["implementation"].startswith("hand")
-    ]
-    for row in correct:
-        if row["audit"] in ("whitebox_per_step", "noise_calibration", "one_run"):
-            assert row["verdict"] == "consistent" or row["verdict"].startswith("not applicable"), (
-                row
-            )
+    assert any(n.startswith("tf_privacy") for n in names)
+    assert any(n.startswith("dpcore torch distributed") for n in names)
+    correct = {i.name for i, _ in table.implementations() if not table.is_planted(i)}
+    correct.add(PlainTorchDpSgd().name)
+    for row in rows:
+        if row["implementation"] in correct and row["audit"] != "sampler":
+            assert row["verdict"] == "consistent" or row["verdict"].startswith("not applicable")
 
 
 def test_readme_tables_are_rendered_from_the_committed_results() -> None:
@@ -83,7 +79,8 @@ def test_readme_tables_are_rendered_from_the_committed_results() -> None:
 
 def test_committed_table_flags_every_planted_bug() -> None:
     rows = table.load("implementations_planted")
-    for bug in PLANTED_BUGS:
-        name = PlainTorchDpSgd(bug).name
+    planted = [PlainTorchDpSgd(bug).name for bug in PLANTED_BUGS]
+    planted.append(DpcoreDistributed(bug=NOISE_AVERAGED).name)
+    for name in planted:
         verdicts = {row["audit"]: row["verdict"] for row in rows if row["implementation"] == name}
         assert len(verdicts) == 4 and any(v != "consistent" for v in verdicts.values()), name
