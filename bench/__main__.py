@@ -42,10 +42,19 @@ def _training_memory(results_dir: Path, *, quick: bool, device: str) -> list[dic
     return training_memory.run(results_dir, quick=quick)
 
 
+def _distributed(results_dir: Path, *, quick: bool, device: str) -> list[dict[str, Any]]:
+    from bench import distributed  # spawns gloo process groups: only when asked for
+
+    if device != "cpu":
+        raise SystemExit("python -m bench distributed: CPU (gloo) only for now")
+    return distributed.run(results_dir, quick=quick)
+
+
 BENCHMARKS: dict[str, Callable[..., list[dict[str, Any]]]] = {
     "accounting": _accounting,
     "training": _training,
     "training_memory": _training_memory,
+    "distributed": _distributed,
 }
 
 

@@ -159,8 +159,9 @@ class DistributedDPTrainer:
 
     Raises:
         StateError: no initialised process group.
-        InvalidParameterError: a DDP-wrapped model, the JL engine, bad q / sigma / C, or ranks
-            that disagree (on every rank, naming what differs).
+        InvalidParameterError: a DDP-wrapped model, bad q / sigma / C, or ranks that disagree
+            (raised on every rank, after one collective, naming what differs or which rank
+            had invalid input).
     """
 
     def __init__(
@@ -186,21 +187,36 @@ class DistributedDPTrainer:
                 "No torch.distributed process group is initialised: call "
                 "torch.distributed.init_process_group (torchrun sets its environment) first."
             )
+        # Local checks do not raise before the agreement collective: a rank that raised alone
+        # would leave the others waiting. Every rank learns there whether all inputs are valid.
+        problems: list[InvalidParameterError] = []
+
+        def checked(check: Any, name: str, value: object) -> float:
+            try:
+                return float(check(name, value))
+            except InvalidParameterError as error:
+                problems.append(error)
+                return math.nan
+
         if isinstance(model, nn.parallel.DistributedDataParallel):
-            raise InvalidParameterError(
-                "model",
-                "a plain nn.Module (DDP all-reduces unclipped gradients; this trainer "
-                "all-reduces clipped sums itself)",
-                "a DistributedDataParallel wrapper",
+            problems.append(
+                InvalidParameterError(
+                    "model",
+                    "a plain nn.Module (DDP all-reduces unclipped gradients; this trainer "
+                    "all-reduces clipped sums itself)",
+                    "a DistributedDataParallel wrapper",
+                )
             )
-        q = check_probability("sampling_probability", sampling_probability)
-        sigma = check_positive("noise_multiplier", noise_multiplier)
-        c = check_positive("max_grad_norm", max_grad_norm)
-        timeout = check_positive("timeout_s", timeout_s)
+        q = checked(check_probability, "sampling_probability", sampling_probability)
+        sigma = checked(check_positive, "noise_multiplier", noise_multiplier)
+        c = checked(check_positive, "max_grad_norm", max_grad_norm)
+        timeout = check_positive("timeout_s", timeout_s)  # needed before any collective
         size = batch_size(inputs)
         if batch_size(targets, "targets") != size:
-            raise InvalidParameterError(
-                "targets", f"to have {size} rows like inputs", batch_size(targets, "targets")
+            problems.append(
+                InvalidParameterError(
+                    "targets", f"to have {size} rows like inputs", batch_size(targets, "targets")
+                )
             )
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.group = dist.new_group(
@@ -208,6 +224,7 @@ class DistributedDPTrainer:
         )
         self._agree(
             [
+                float(not problems),
                 q,
                 sigma,
                 c,
@@ -217,7 +234,8 @@ class DistributedDPTrainer:
                 float(int(hashlib.sha256(engine.encode()).hexdigest()[:12], 16)),
                 _architecture_code(model),
                 _parameter_code(model),
-            ]
+            ],
+            problems,
         )
         self.model, self.inputs, self.targets, self.loss_fn = model, inputs, targets, loss_fn
         self.dataset_size = size
@@ -258,16 +276,23 @@ class DistributedDPTrainer:
         _collective(lambda: dist.broadcast(drawn, src=0, group=self.group))
         return int(drawn[0])
 
-    def _agree(self, values: list[float]) -> None:
+    def _agree(self, values: list[float], problems: list[InvalidParameterError]) -> None:
+        """One all-gather: every rank's validity flag and :data:`AGREED` values, compared."""
         mine = torch.tensor(values, dtype=torch.float64)
         every = [torch.zeros_like(mine) for _ in range(self.world_size)]
         _collective(lambda: dist.all_gather(every, mine, group=self.group))
-        for index, name in enumerate(AGREED):
+        invalid = [rank for rank, v in enumerate(every) if float(v[0]) != 1.0]
+        if problems:
+            raise problems[0]
+        if invalid:
+            raise InvalidParameterError(
+                "inputs", "valid on every rank", f"invalid on rank(s) {invalid} (see their errors)"
+            )
+        for index, name in enumerate(AGREED, start=1):
             seen = [float(v[index]) for v in every]
             if any(value != seen[0] for value in seen):
-                raise InvalidParameterError(
-                    name, "the same on every rank", f"per rank {seen}" if index < 6 else "differs"
-                )
+                shown = f"per rank {seen}" if name in AGREED[:6] else "differs between ranks"
+                raise InvalidParameterError(name, "the same on every rank", shown)
 
     @property
     def expected_lot_size(self) -> float:

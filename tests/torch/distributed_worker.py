@@ -105,6 +105,8 @@ def scenario(name: str, rank: int, world: int, out: Path) -> dict[str, Any]:
         return {"updates": torch.stack(updates)}
     if name == "engine_mismatch":
         trainer(model(), engine="jl" if rank else "fast", jl_dimension=2 if rank else None)
+    if name == "invalid_on_one_rank":
+        trainer(model(), sampling_probability=2.0 if rank == 1 else Q)
     if name == "sigma_mismatch":
         trainer(model(), noise_multiplier=SIGMA * (1 + rank))
     if name == "model_mismatch":

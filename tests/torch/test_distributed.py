@@ -125,6 +125,13 @@ def test_bad_input_raises_on_every_rank(tmp_path: Path, name: str, error: str, t
         assert text in result["message"]
 
 
+def test_invalid_input_on_one_rank_raises_on_every_rank(tmp_path: Path) -> None:
+    results = _spawn(tmp_path, "invalid_on_one_rank", 2)
+    assert results[1]["error"] == "InvalidParameterError"
+    assert "sampling_probability" in results[1]["message"]
+    assert results[0]["error"] == "InvalidParameterError" and "rank(s) [1]" in results[0]["message"]
+
+
 def test_a_rank_that_stops_makes_the_others_raise_not_hang(tmp_path: Path) -> None:
     results = _spawn(tmp_path, "peer_leaves", 2)
     assert results[0]["error"] == "DistributedTimeoutError"
