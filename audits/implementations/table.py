@@ -180,13 +180,18 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     ]
     for row in rows:
         detail = ""
-        if row["audit"] == "sampler" and "p_value" in row:
-            detail = f" (p = {row['p_value']:.2g}"
+        p_value = row.get("combined_p_value")
+        if p_value is None:
+            p_value = row.get("p_value")
+        shown = "p < 1e-300" if p_value == 0 else f"p = {p_value or 0:.2g}"
+        if row["audit"] == "sampler" and p_value is not None:
+            detail = f" ({shown}"
             if "shuffled_epsilon_lower_bound" in row:
                 detail += f"; shuffled batches cost ε ≥ {row['shuffled_epsilon_lower_bound']:.2f}"
             detail += ")"
-        elif row["audit"] == "noise_calibration" and "noise_std_ratio" in row:
-            detail = f" (noise / σC = {row['noise_std_ratio']:.2f})"  # noqa: RUF001
+        elif row["audit"] == "noise_calibration" and p_value is not None:
+            ratio = row["noise_std_ratio"]
+            detail = f" ({shown}; noise / σC = {ratio:.2f} in seed 0)"  # noqa: RUF001
         flagged = f"{row['flagged_seeds']} / {row['seeds']}" if "flagged_seeds" in row else "—"
         lines.append(
             f"| {row['implementation']} | {row['audit']} | {_number(row['claimed_epsilon'])} "

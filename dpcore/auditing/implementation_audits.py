@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import time
 import warnings
 from collections.abc import Sequence
@@ -55,6 +56,12 @@ from dpcore.events import dpsgd_event
 
 #: Noise multiplier of the sampler audit's probe run (s_t resolves inclusion to 50 sigma).
 PROBE_NOISE = 0.01
+
+#: The verdict of a p-value audit that rejects the claim.
+FLAGGED = {
+    "noise_calibration": "noise does not match the claim",
+    "sampler": "sampling does not match the claimed analysis",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,7 +251,7 @@ def whitebox_audit(
         residuals=int(noise.size),
     )
     if p_value < 1 - settings.confidence:
-        noise_row["verdict"] = "noise does not match the claim"
+        noise_row["verdict"] = FLAGGED["noise_calibration"]
     main = _row(
         "whitebox_per_step",
         claim,
@@ -333,7 +340,7 @@ def sampler_audit(
     }
     row = _row("sampler", claim, None, settings, seed, **details)
     if claim.accounting_assumes == "poisson" and p_value < 1 - settings.confidence:
-        row["verdict"] = "sampling does not match the claimed analysis"
+        row["verdict"] = FLAGGED["sampler"]
         if ones == windows.size:
             # Every window used the record exactly once: fixed-size shuffled batches. What that
             # sampler certainly costs (Chua et al. 2024 pair; dpcore.accountants.shuffled):
@@ -445,9 +452,11 @@ def summarise(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 def seeds_verdict(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """One summary of an audit over seeds: exceedances against what the confidence allows.
 
-    One seed keeps its own verdict (a test at the stated confidence). Over several, each flags a
-    correct implementation with probability at most 1 - confidence, so the summary flags only
-    an improbable excess: binomial tail P[Bin(seeds, 1 - confidence) >= flagged] below 1e-3.
+    One seed keeps its own verdict (a test at the stated confidence). Over several seeds, the
+    p-value audits (noise, sampler) combine their p-values by Fisher's method and flag below
+    1e-3; the epsilon audits, each flagging a correct implementation with probability at most
+    1 - confidence, flag only an improbable excess of exceedances: binomial tail
+    P[Bin(seeds, 1 - confidence) >= flagged] below 1e-3.
     """
     if not rows:
         raise InvalidParameterError("rows", "at least one row", 0)
@@ -456,8 +465,15 @@ def seeds_verdict(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     failure = 1 - first["confidence"]
     tail = float(stats.binom.sf(flagged - 1, len(rows), failure)) if flagged else 1.0
     flagged_verdicts = [r["verdict"] for r in rows if r["verdict"] != "consistent"]
+    combined = None
+    if "p_value" in first:
+        # Fisher's method: -2 sum log p ~ chi^2 with 2n degrees of freedom under the claim
+        statistic = -2 * sum(math.log(max(r["p_value"], 1e-300)) for r in rows)
+        combined = float(stats.chi2.sf(statistic, 2 * len(rows)))
     if len(rows) == 1:  # one test at the stated confidence: its own verdict
         verdict = first["verdict"]
+    elif combined is not None:
+        verdict = FLAGGED[first["audit"]] if combined < 1e-3 else "consistent"
     else:
         verdict = "consistent" if tail >= 1e-3 else flagged_verdicts[0]
     lowers = [r["epsilon_lower"] for r in rows if r["epsilon_lower"] is not None]
@@ -475,6 +491,7 @@ def seeds_verdict(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "seeds": len(rows),
         "flagged_seeds": flagged,
         "binomial_tail": tail,
+        "combined_p_value": combined,
         "claim": first["claim"],
     }
     for key in (
