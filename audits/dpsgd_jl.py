@@ -50,7 +50,7 @@ from audits.canaries import GradientCanaries, NormEstimate
 from audits.dpsgd_whitebox import WhiteboxConfig, _dataset, _loss, single_thread
 from audits.results_io import RESULTS, load, save
 from dpcore.accountants import JlAccountant, PldAccountant
-from dpcore.auditing import threshold_sweep_lower_bound
+from dpcore.auditing.stepwise import held_out_threshold_bound
 from dpcore.events import GaussianEvent, JLGaussianEvent, PoissonSampledEvent
 from dpcore.torch.noise import NoiseSource, SeededGaussianNoise
 from dpcore.torch.optimizers import DPOptimizer
@@ -163,6 +163,16 @@ def step_scores(
     return scores
 
 
+def upper_tail_grid(held_out: np.ndarray) -> np.ndarray:
+    """The upper tail of the held-out negatives and, for the heavy-tailed positive scores,
+    points beyond their maximum (FPR 0 there)."""
+    levels = np.geomspace(1.0 / held_out.size, 0.5, 30)
+    spread = float(np.std(held_out))
+    return np.concatenate(
+        [np.quantile(held_out, 1 - levels), held_out.max() + spread * np.geomspace(0.1, 30, 20)]
+    )
+
+
 def distinguish(
     negative: np.ndarray,
     positive: np.ndarray,
@@ -172,37 +182,19 @@ def distinguish(
     held_out_fraction: float,
     seed: int,
 ) -> tuple[float, float]:
-    """(eps_lb, threshold) by the Clopper–Pearson route; threshold chosen on held-out scores.
-
-    The grid covers the upper tail of the held-out negatives and, for the heavy-tailed positive
-    scores, points beyond their maximum (FPR 0 there); it is swept (Bonferroni) on the held-out
-    part only, and the chosen threshold is evaluated once on the rest.
-    """
-    rng = np.random.default_rng(seed)
-    negative, positive = rng.permutation(negative), rng.permutation(positive)
-    cut_n, cut_p = int(held_out_fraction * negative.size), int(held_out_fraction * positive.size)
-    held_n = negative[:cut_n]
-    levels = np.geomspace(1.0 / cut_n, 0.5, 30)
-    spread = float(np.std(held_n))
-    grid = np.concatenate(
-        [np.quantile(held_n, 1 - levels), held_n.max() + spread * np.geomspace(0.1, 30, 20)]
-    )
-    chosen = threshold_sweep_lower_bound(
-        scores_negative=held_n,
-        scores_positive=positive[:cut_p],
-        thresholds=grid,
+    """(eps_lb, threshold) by the Clopper–Pearson route, threshold from :func:`upper_tail_grid`
+    on held-out scores (:func:`dpcore.auditing.stepwise.held_out_threshold_bound`)."""
+    bound, threshold = held_out_threshold_bound(
+        negative,
+        positive,
         delta=delta,
         confidence=confidence,
+        held_out_fraction=held_out_fraction,
+        seed=seed,
+        grid=upper_tail_grid,
+        route="clopper_pearson",
     )
-    threshold = chosen.threshold if chosen.threshold is not None else float(np.median(grid))
-    bound = threshold_sweep_lower_bound(
-        scores_negative=negative[cut_n:],
-        scores_positive=positive[cut_p:],
-        thresholds=[threshold],
-        delta=delta,
-        confidence=confidence,
-    )
-    return float(bound.epsilon_lower), float(threshold)
+    return float(bound.epsilon_lower), threshold
 
 
 @functools.cache

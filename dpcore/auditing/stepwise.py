@@ -9,15 +9,65 @@ threshold test bounds mu from below (:func:`distinguish`); the empirical noise m
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from dpcore.accountants import PldAccountant
-from dpcore.auditing.statistics import threshold_sweep_lower_bound
+from dpcore.auditing.statistics import AuditBound, threshold_sweep_lower_bound
 from dpcore.events import dpsgd_event
 
 #: Below this noise multiplier the PLD grid gets needlessly fine; flooring sigma_emp there only
 #: makes the bound smaller (still valid).
 SIGMA_FLOOR = 0.05
+
+
+def held_out_threshold_bound(
+    negative: np.ndarray,
+    positive: np.ndarray,
+    *,
+    delta: float,
+    confidence: float,
+    held_out_fraction: float,
+    seed: int,
+    grid: Callable[[np.ndarray], np.ndarray],
+    route: str,
+) -> tuple[AuditBound, float]:
+    """(bound, threshold): a threshold chosen on a held-out part, the bound on the rest.
+
+    Scores are shuffled (seeded) before the split; ``grid(held-out negatives)`` gives the
+    thresholds swept (Bonferroni) on the held-out part only; the chosen one is evaluated once on
+    the remaining scores by ``route`` ("gdp" or "clopper_pearson"), so the bound holds at
+    ``confidence``.
+    """
+    rng = np.random.default_rng(seed)
+    negative, positive = rng.permutation(negative), rng.permutation(positive)
+    cut_n, cut_p = int(held_out_fraction * negative.size), int(held_out_fraction * positive.size)
+    thresholds = grid(negative[:cut_n])
+    chosen = threshold_sweep_lower_bound(
+        scores_negative=negative[:cut_n],
+        scores_positive=positive[:cut_p],
+        thresholds=thresholds,
+        delta=delta,
+        confidence=confidence,
+        route=route,
+    )
+    threshold = chosen.threshold if chosen.threshold is not None else float(np.median(thresholds))
+    bound = threshold_sweep_lower_bound(
+        scores_negative=negative[cut_n:],
+        scores_positive=positive[cut_p:],
+        thresholds=[threshold],
+        delta=delta,
+        confidence=confidence,
+        route=route,
+    )
+    return bound, float(threshold)
+
+
+def two_tailed_grid(held_out: np.ndarray) -> np.ndarray:
+    """Quantiles of the held-out negatives in both tails (25 levels each, 1e-3 to 1/2)."""
+    levels = np.concatenate([np.geomspace(1e-3, 0.5, 25), 1 - np.geomspace(1e-3, 0.5, 25)])
+    return np.asarray(np.quantile(held_out, 1 - levels), dtype=np.float64)
 
 
 def distinguish(
@@ -29,35 +79,19 @@ def distinguish(
     held_out_fraction: float,
     seed: int,
 ) -> tuple[float, float]:
-    """(mu_lb, threshold): threshold chosen on a held-out part, mu_lb on the rest.
-
-    Scores are shuffled (seeded) before the split. The threshold grid covers both tails of the
-    held-out negatives; the chosen threshold is then evaluated once on the remaining scores with
-    the GDP route (Clopper–Pearson, union bound), so mu_lb holds at ``confidence``.
-    """
-    rng = np.random.default_rng(seed)
-    negative, positive = rng.permutation(negative), rng.permutation(positive)
-    cut_n, cut_p = int(held_out_fraction * negative.size), int(held_out_fraction * positive.size)
-    levels = np.concatenate([np.geomspace(1e-3, 0.5, 25), 1 - np.geomspace(1e-3, 0.5, 25)])
-    grid = np.quantile(negative[:cut_n], 1 - levels)
-    chosen = threshold_sweep_lower_bound(
-        scores_negative=negative[:cut_n],
-        scores_positive=positive[:cut_p],
-        thresholds=grid,
+    """(mu_lb, threshold) by the GDP route (Clopper–Pearson rates, union bound), threshold
+    from :func:`two_tailed_grid` on a held-out part (:func:`held_out_threshold_bound`)."""
+    bound, threshold = held_out_threshold_bound(
+        negative,
+        positive,
         delta=delta,
         confidence=confidence,
+        held_out_fraction=held_out_fraction,
+        seed=seed,
+        grid=two_tailed_grid,
         route="gdp",
     )
-    threshold = chosen.threshold if chosen.threshold is not None else float(np.median(grid))
-    bound = threshold_sweep_lower_bound(
-        scores_negative=negative[cut_n:],
-        scores_positive=positive[cut_p:],
-        thresholds=[threshold],
-        delta=delta,
-        confidence=confidence,
-        route="gdp",
-    )
-    return float(bound.mu_lower or 0.0), float(threshold)
+    return float(bound.mu_lower or 0.0), threshold
 
 
 def composed_lower_bound(q: float, mu_lower: float, steps: int, delta: float) -> float:
