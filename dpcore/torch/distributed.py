@@ -342,7 +342,7 @@ class DistributedDPTrainer:
             accountants,
             self.optimizer,
             self,
-            None,
+            self.jl_dimension,
             world_size=self.world_size,
             **extra,
         )

@@ -74,6 +74,9 @@ def scenario(name: str, rank: int, world: int, out: Path) -> dict[str, Any]:
             "params": [p.detach().clone() for p in net.parameters()],
             "lots": lots,
             "ledger": run.ledger.state_dict(),
+            "statement": run.privacy_statement(
+                delta=1e-5, accountants=("jl",) if name == "train_jl" else ("pld",)
+            ),
         }
     if name == "second_half":
         net = model(init=99)  # overwritten by the checkpoint

@@ -77,6 +77,11 @@ def test_ranks_equal_one_process_over_the_union_lots(tmp_path: Path, world: int,
             optimizer.step(engine.clipped_sum(inputs[lot], targets[lot], loss))
     for a, b in zip(net.parameters(), results[0]["params"], strict=True):
         torch.testing.assert_close(a.detach(), b, rtol=1e-12, atol=1e-12)
+    statement = results[0]["statement"]
+    assert statement["jl"] is jl and statement["steps"] == 12
+    run = statement["run"]
+    assert run["jl_dimension"] == (3 if jl else None) and run["world_size"] == world
+    assert run["noise_multiplier"] == worker.SIGMA
     ledger = results[0]["ledger"]
     assert ledger["dataset_size"] == worker.SIZE and sum(r["count"] for r in ledger["runs"]) == 12
 
