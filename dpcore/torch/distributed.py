@@ -219,6 +219,12 @@ class DistributedDPTrainer:
                 )
             )
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        # NCCL reduces CUDA tensors only: the small agreement and seed tensors go there too
+        self.device = (
+            torch.device("cuda", torch.cuda.current_device())
+            if dist.get_backend() == "nccl"
+            else torch.device("cpu")
+        )
         self.group = dist.new_group(
             ranks=list(range(self.world_size)), timeout=datetime.timedelta(seconds=timeout)
         )
@@ -272,13 +278,15 @@ class DistributedDPTrainer:
         """The JL directions' seed: ``seed + 1``, or rank 0's draw from the OS sent to all."""
         if seed is not None:
             return seed + 1
-        drawn = torch.tensor([int.from_bytes(os.urandom(7), "little")], dtype=torch.int64)
+        drawn = torch.tensor(
+            [int.from_bytes(os.urandom(7), "little")], dtype=torch.int64, device=self.device
+        )
         _collective(lambda: dist.broadcast(drawn, src=0, group=self.group))
         return int(drawn[0])
 
     def _agree(self, values: list[float], problems: list[InvalidParameterError]) -> None:
         """One all-gather: every rank's validity flag and :data:`AGREED` values, compared."""
-        mine = torch.tensor(values, dtype=torch.float64)
+        mine = torch.tensor(values, dtype=torch.float64, device=self.device)
         every = [torch.zeros_like(mine) for _ in range(self.world_size)]
         _collective(lambda: dist.all_gather(every, mine, group=self.group))
         invalid = [rank for rank, v in enumerate(every) if float(v[0]) != 1.0]

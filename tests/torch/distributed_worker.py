@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -70,6 +71,9 @@ def scenario(name: str, rank: int, world: int, out: Path) -> dict[str, Any]:
             run.step()
         if name == "first_half":
             run.save_checkpoint(out / "checkpoint.pt")
+            for _ in range(2):  # steps after the checkpoint, lost to the kill
+                run.step()
+            os.kill(os.getpid(), signal.SIGKILL)  # no clean-up of any kind
         return {
             "params": [p.detach().clone() for p in net.parameters()],
             "lots": lots,
@@ -116,6 +120,8 @@ def scenario(name: str, rank: int, world: int, out: Path) -> dict[str, Any]:
         trainer(model(init=rank))
     if name == "batchnorm":
         trainer(model(batchnorm=True))
+    if name == "syncbatchnorm":
+        trainer(nn.SyncBatchNorm.convert_sync_batchnorm(model(batchnorm=True)))
     if name == "ddp":
         trainer(nn.parallel.DistributedDataParallel(model()))
     if name == "world_mismatch":

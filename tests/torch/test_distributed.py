@@ -102,7 +102,9 @@ def test_noise_is_drawn_once_per_step(tmp_path: Path) -> None:
 
 def test_kill_and_resume_gives_the_uninterrupted_run(tmp_path: Path) -> None:
     straight = _spawn(tmp_path, "straight", 2)
-    _spawn(tmp_path, "first_half", 2)  # its processes exit (os._exit) after the checkpoint
+    # 6 steps, a checkpoint, 2 more steps, then every process SIGKILLs itself
+    with pytest.raises(mp.ProcessExitedException, match="SIGKILL"):
+        _spawn(tmp_path, "first_half", 2)
     resumed = _spawn(tmp_path, "second_half", 2)
     for rank in range(2):
         assert "error" not in resumed[rank], resumed[rank].get("trace")
@@ -121,6 +123,7 @@ def test_kill_and_resume_gives_the_uninterrupted_run(tmp_path: Path) -> None:
         ("engine_mismatch", "InvalidParameterError", "jl_dimension"),
         ("model_mismatch", "InvalidParameterError", "model parameters"),
         ("batchnorm", "IncompatibleModelError", "BatchNorm"),
+        ("syncbatchnorm", "IncompatibleModelError", "SyncBatchNorm"),
         ("ddp", "InvalidParameterError", "DistributedDataParallel"),
     ],
 )
