@@ -271,7 +271,11 @@ def training_statement(
     """The ledger's statement with the engine, clipping norm, noise, sampling and JL dimension.
 
     The fixed arguments are positional, so that ``extra`` may hold any key (e.g. ``optimizer``).
+    An engine carrying audit hooks (which may change the clipped sums) says so in the statement.
     """
+    hooks = len(getattr(optimizer.engine, "audit_hooks", ()))
+    if hooks:
+        extra = {**extra, "audit_hooks_installed": hooks}
     return ledger.statement(
         delta=delta,
         accountants=accountants,

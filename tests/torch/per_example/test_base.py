@@ -97,3 +97,26 @@ def test_audit_hooks_see_every_clipped_sum_and_can_be_removed() -> None:
     for a, b, c, d in zip(plain.summed, hooked.summed, empty.summed, again.summed, strict=True):
         assert torch.equal(b, a + 1.0) and torch.equal(c, torch.ones_like(a))
         assert torch.equal(d, a)
+
+
+def test_a_statement_says_when_audit_hooks_are_installed() -> None:
+    from dpcore.torch.ledger import PrivacyLedger, training_statement
+    from dpcore.torch.optimizers import DPOptimizer
+    from dpcore.torch.samplers import PoissonSampler
+
+    model = nn.Linear(3, 1).to(torch.float64)
+    engine = FastEngine(model, max_grad_norm=1.0)
+    optimizer = DPOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        engine=engine,
+        noise_multiplier=1.0,
+        expected_batch_size=2.0,
+    )
+    ledger = PrivacyLedger(dataset_size=10)
+    ledger.record(sampling_probability=0.2, noise_multiplier=1.0)
+    sampler = PoissonSampler(10, sampling_probability=0.2, seed=0)
+    plain = training_statement(ledger, 1e-5, ("rdp",), optimizer, sampler, None)
+    assert "audit_hooks_installed" not in str(plain)
+    engine.add_audit_hook(lambda _, batch: batch)
+    hooked = training_statement(ledger, 1e-5, ("rdp",), optimizer, sampler, None)
+    assert "'audit_hooks_installed': 1" in str(hooked)
