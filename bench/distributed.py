@@ -63,6 +63,7 @@ def _worker(rank: int, world: int, init_file: str, out: str, steps: int) -> None
     allreduce_s = (time.perf_counter() - start) / steps
     if rank == 0:
         Path(out).write_text(json.dumps({"step_s": step_s, "allreduce_s": allreduce_s}))
+    trainer.close()
     dist.destroy_process_group()
 
 

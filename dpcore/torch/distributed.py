@@ -362,6 +362,16 @@ class DistributedDPTrainer:
             write_statement(path, statement)
         return statement
 
+    def close(self) -> None:
+        """Wait for every rank (a barrier), then destroy the trainer's own process group.
+
+        Call it on every rank before ``torch.distributed.destroy_process_group()``: no rank then
+        tears its connections down while a peer still uses them, and no collective's work object
+        outlives the interpreter (gloo aborts the process when one does).
+        """
+        _collective(lambda: dist.barrier(group=self.group))
+        dist.destroy_process_group(self.group)
+
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self, path: str | Path) -> None:
         """Rank 0 writes the model, optimizer, noise, ledger and every rank's sampler state.
