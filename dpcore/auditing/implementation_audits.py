@@ -1,6 +1,6 @@
 """Audit a DP-SGD implementation through its adapter (:mod:`dpcore.auditing.implementation`).
 
-Three audits, each a function of an :class:`~dpcore.auditing.implementation.Implementation`:
+Four audits, functions of an :class:`~dpcore.auditing.implementation.Implementation`:
 
 * :func:`whitebox_audit` — per-step white-box audit with one input-space canary (Nasr et al.
   2023, arXiv 2302.07956). ``runs`` runs with the canary in the dataset, ``runs`` without. The
@@ -18,7 +18,6 @@ Three audits, each a function of an :class:`~dpcore.auditing.implementation.Impl
   steps is Bin(k, q), so ``ones = #{windows with exactly one inclusion} ~ Bin(E, p_1)``,
   p_1 = k q (1 - q)^(k-1); an exact two-sided binomial test flags other samplers (a shuffled
   sampler has ``ones = E``). It gives a p-value, not an epsilon.
-
 * noise calibration (from the per-step audit's canary-free runs): the auditor recomputes each
   lot's clipped sum and reads the added noise (:func:`noise_residuals`); a two-sided chi^2 test
   of its scale against sigma C flags noise that does not match the claim (a p-value).
@@ -27,8 +26,9 @@ Verdicts: ``violation`` when epsilon_lb exceeds the claimed epsilon (the impleme
 else dpcore's certified one for the claimed parameters); ``sampling does not match the claimed
 analysis`` when the sampler test rejects the sampling the claim's accounting assumes;
 ``noise does not match the claim`` when the chi^2 test rejects; ``consistent`` otherwise.
-Across seeds (each bound at 95%), :func:`seeds_verdict` asks whether the exceedances are more
-than 95% allows (binomial tail below 1e-3).
+Across seeds, :func:`seeds_verdict` flags an epsilon audit when the exceedances are more than
+95% allows (binomial tail below 1e-3) and a p-value audit when Fisher's combination of the
+seeds' p-values is below 1e-3.
 """
 
 from __future__ import annotations
