@@ -30,6 +30,7 @@ from reproductions.bu2021_jl import speed_report as jl_speed_report
 from reproductions.bu2021_jl import summary as jl_summary
 from reproductions.erm import compute as erm_compute
 from reproductions.erm import plot as erm_plot
+from reproductions.harness import Output
 from reproductions.samplers import table as sampler_table
 
 #: name -> (compute, plot); compute takes the profile name.
@@ -86,6 +87,15 @@ def main(argv: list[str] | None = None) -> int:
         help="train the runs of reproductions that can fan out (bu2021_jl_accuracy) in N "
         "processes at once, e.g. many runs sharing one GPU",
     )
+    parser.add_argument(
+        "--runs-code",
+        default=None,
+        metavar="FINGERPRINT",
+        help="report (and continue) the stored runs trained by the code with this fingerprint "
+        "(a run folder's suffix) instead of the current code's; for runs begun by an earlier "
+        "commit whose training code gives the same results. The results record both "
+        "fingerprints",
+    )
     args = parser.parse_args(argv)
     if args.workers is not None and args.workers < 1:
         parser.error(f"--workers must be >= 1, got {args.workers}")
@@ -101,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
             options["deadline"] = deadline
         if args.workers is not None and "workers" in accepted:
             options["workers"] = args.workers
+        if args.runs_code is not None:
+            if "output" not in accepted:
+                parser.error(f"--runs-code: {name} keeps no run store")
+            options["output"] = Output(runs_code=args.runs_code)
         compute(args.profile, **options)
         plot()
         print(f"{name}: done in {time.perf_counter() - start:.1f} s")

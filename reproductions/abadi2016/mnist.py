@@ -30,6 +30,7 @@ import torch
 from dpcore.atomic import atomic_write_text
 from dpcore.events import dpsgd_event
 from reproductions.abadi2016.mnist_core import (
+    CODE_MODULES,
     Data,
     MnistConfig,
     RunSpec,
@@ -115,6 +116,7 @@ def run(
     store: Path | None = None,
     deadline: float | None = None,
     data: Data | None = None,
+    fingerprint: str | None = None,
 ) -> dict[str, Any]:
     """Train every noise level and the baseline; return rows, summary and privacy statements.
 
@@ -127,7 +129,7 @@ def run(
     per_epoch = steps_per_epoch(config, n)
     q = config.lot_size / n
     stem = results_stem(config.profile)
-    fingerprint = code()
+    fingerprint = fingerprint or code()
     rows: list[dict[str, Any]] = []
     summary: dict[str, Any] = {}
     statements: dict[str, dict[str, Any]] = {}
@@ -214,7 +216,7 @@ def compute(
     stem = results_stem(config.profile)
     store = output.store(stem) if config.checkpoint else None
     start = time.perf_counter()
-    result = run(config, store=store, deadline=deadline)
+    result = run(config, store=store, deadline=deadline, fingerprint=output.code(*CODE_MODULES))
     for name, statement in result["statements"].items():
         text = json.dumps(statement, indent=2, sort_keys=True, default=str) + "\n"
         atomic_write_text(output.path(f"{stem}_{name}_privacy.json"), text)
@@ -222,7 +224,7 @@ def compute(
         "seed": config.seed,
         "hardware": hardware_label("cpu"),
         "torch": torch.__version__,
-        "code_fingerprint": result["code"],
+        **output.provenance_of_runs(*CODE_MODULES),
         "wall_time_s": round(time.perf_counter() - start, 1),
         "resumable": store is not None,
         "summary": result["summary"],

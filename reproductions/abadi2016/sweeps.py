@@ -29,6 +29,7 @@ import torch
 from dpcore.atomic import atomic_write_text
 from dpcore.errors import InvalidParameterError
 from reproductions.abadi2016.mnist_core import (
+    CODE_MODULES,
     Data,
     MnistConfig,
     RunSpec,
@@ -189,6 +190,7 @@ def run(
     store: Path | None = None,
     deadline: float | None = None,
     data: Data | None = None,
+    fingerprint: str | None = None,
 ) -> dict[str, Any]:
     """Train every point (each distinct model once); rows per (axis, value), statements, summary.
 
@@ -199,7 +201,7 @@ def run(
 
     data = load_data() if data is None else data
     n = len(data[0])
-    fingerprint = code()
+    fingerprint = fingerprint or code()
     done: dict[str, tuple[RunState, dict[str, Any] | None]] = {}
     summary: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
@@ -266,7 +268,7 @@ def compute(
     start = time.perf_counter()
     stem = results_stem(config.profile)
     store = output.store(stem) if config.checkpoint else None
-    result = run(config, store=store, deadline=deadline)
+    result = run(config, store=store, deadline=deadline, fingerprint=output.code(*CODE_MODULES))
     statements = output.path(f"{stem}_privacy.json")
     text = json.dumps(result["statements"], indent=1, sort_keys=True, default=str) + "\n"
     atomic_write_text(statements, text)
@@ -274,7 +276,7 @@ def compute(
         "seed": config.seed,
         "hardware": hardware_label("cpu"),
         "torch": torch.__version__,
-        "code_fingerprint": result["code"],
+        **output.provenance_of_runs(*CODE_MODULES),
         "wall_time_s": round(time.perf_counter() - start, 1),
         "privacy_statements": statements.name,
         "paper_fig5": {

@@ -27,7 +27,7 @@ from torch import nn
 from reproductions.bu2019_gdp.data import LOADERS, TaskData
 from reproductions.bu2019_gdp.settings import by_name
 from reproductions.bu2019_gdp.training_runs import make_trainer
-from reproductions.common import code_fingerprint, profile_config
+from reproductions.common import profile_config
 from reproductions.harness import Output, RunState, cpu_settings, evaluate, hardware_label
 from reproductions.harness import run_training as train
 
@@ -135,7 +135,7 @@ def compute(
     output = output or Output()
     setting = by_name(config.setting)
     data = (loader or LOADERS[setting.dataset])()
-    fingerprint = code_fingerprint(*CODE_MODULES)
+    fingerprint = output.code(*CODE_MODULES)
     wall = time.perf_counter()
     rows: list[dict[str, Any]] = []
     summary: dict[str, Any] = {}
@@ -165,7 +165,7 @@ def compute(
             "paper_accuracy": setting.paper_metric,
             "hardware": hardware,
             "torch": torch.__version__,
-            "code_fingerprint": fingerprint,
+            **output.provenance_of_runs(*CODE_MODULES),
             "wall_time_s": round(time.perf_counter() - wall, 1),
             "summary": summary,
         },

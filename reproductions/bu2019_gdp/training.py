@@ -46,8 +46,8 @@ from reproductions.bu2019_gdp import models
 from reproductions.bu2019_gdp.data import TaskData
 from reproductions.bu2019_gdp.settings import SETTINGS, Setting
 from reproductions.bu2019_gdp.training_runs import (
+    CODE_MODULES,
     RunSpec,
-    code,
     execute,
     make_baseline,
     make_trainer,
@@ -170,7 +170,7 @@ def compute(
     output = output or Output()
     stem = results_stem(config.profile)
     store = output.store(stem) if config.checkpoint else None
-    fingerprint = code()
+    fingerprint = output.code(*CODE_MODULES)
     settings = selected_settings(config, catalogue)
     wall = time.perf_counter()
     rows: list[dict[str, Any]] = []
@@ -228,7 +228,7 @@ def compute(
             "seed": config.seed,
             "hardware": hardware_label("cpu"),
             "torch": torch.__version__,
-            "code_fingerprint": fingerprint,
+            **output.provenance_of_runs(*CODE_MODULES),
             "wall_time_s": round(time.perf_counter() - wall, 1),
             "training_seconds": round(trained, 1),
             "summary": summary,

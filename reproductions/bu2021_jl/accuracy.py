@@ -65,7 +65,7 @@ from reproductions.bu2021_jl.privacy_intervals import (
     method_privacy,
     step_event,
 )
-from reproductions.common import code_fingerprint, profile_config
+from reproductions.common import profile_config
 from reproductions.harness import (
     Executor,
     Output,
@@ -314,8 +314,9 @@ def fan_out(
     if not config.checkpoint:
         raise InvalidParameterError("config.checkpoint", "True (runs resume from the store)", False)
     (data_loader or load_data)(config)  # fetch once here, not in every worker at one moment
-    store = (output or Output()).store(results_stem(config.profile))
-    fingerprint = code_fingerprint(*CODE_MODULES)
+    output = output or Output()
+    store = output.store(results_stem(config.profile))
+    fingerprint = output.code(*CODE_MODULES)
     jobs = [
         RunJob(config, label, r, seed, str(store), fingerprint, deadline, workers, data_loader)
         for label, r, seed in run_order(config)
@@ -375,7 +376,7 @@ def _compute(config: AccuracyConfig, data: Data, output: Output, deadline: float
         raise InvalidParameterError("dataset_size", f"to equal {len(x_train)}", config.dataset_size)
     stem = results_stem(config.profile)
     store = output.store(stem) if config.checkpoint else None
-    fingerprint = code_fingerprint(*CODE_MODULES)
+    fingerprint = output.code(*CODE_MODULES)
     wall = time.perf_counter()
     runs: dict[str, list[tuple[int, RunState, DPTrainer]]] = {
         label: [] for label, _ in methods(config)
@@ -458,7 +459,7 @@ def _compute(config: AccuracyConfig, data: Data, output: Output, deadline: float
             "seeds": list(config.seeds),
             "hardware": _hardware(runs, x_train.device),
             "torch": torch.__version__,
-            "code_fingerprint": fingerprint,
+            **output.provenance_of_runs(*CODE_MODULES),
             "wall_time_s": round(time.perf_counter() - wall, 1),
             # training seconds of all runs together, over every call that advanced them
             "training_seconds": round(

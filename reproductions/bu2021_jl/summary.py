@@ -52,7 +52,7 @@ from reproductions.bu2021_jl.summary_setup import (
     make_trainer,
     methods,
 )
-from reproductions.common import code_fingerprint, profile_config
+from reproductions.common import profile_config
 from reproductions.harness import (
     Output,
     RunState,
@@ -140,7 +140,7 @@ def _compute(config: SummaryConfig, data: Data, output: Output, deadline: float 
     q = config.lot_size / len(x_train)
     stem = results_stem(config.profile)
     store = output.store(stem) if config.checkpoint else None
-    fingerprint = code_fingerprint(*CODE_MODULES)
+    fingerprint = output.code(*CODE_MODULES)
     rows: list[dict[str, Any]] = []
     for method in methods(config):
         label, key, r = method
@@ -205,7 +205,7 @@ def _compute(config: SummaryConfig, data: Data, output: Output, deadline: float 
             "seed": config.seed,
             "hardware": hardware_label(x_train.device),
             "torch": torch.__version__,
-            "code_fingerprint": fingerprint,
+            **output.provenance_of_runs(*CODE_MODULES),
             "wall_time_s": round(time.perf_counter() - wall, 1),
             "steps_per_epoch": per_epoch,
             "test_examples": len(x_test),

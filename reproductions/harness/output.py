@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from dpcore.atomic import atomic_write_text
+from dpcore.errors import InvalidParameterError
 from dpcore.provenance import provenance
+from reproductions.common import code_fingerprint
 
 __all__ = ["ROOT", "Output"]
 
@@ -37,11 +39,35 @@ class Output:
 
     figures: Path = ROOT / "figures"
     runs: Path = ROOT / "reproductions" / "checkpoints"
+    #: Read and continue the stored runs of this code fingerprint instead of the current code's
+    #: (``--runs-code``): runs trained by an earlier commit whose training code the caller has
+    #: checked to give the same results. The results then record both fingerprints.
+    runs_code: str | None = None
 
     @classmethod
     def under(cls, folder: Path) -> Output:
         """``folder/figures`` and ``folder/runs`` (for tests and scratch runs)."""
         return cls(figures=folder / "figures", runs=folder / "runs")
+
+    def code(self, *modules: str) -> str:
+        """The fingerprint runs are stored under: :attr:`runs_code`, else that of ``modules``.
+
+        Raises:
+            InvalidParameterError: :attr:`runs_code` is not 16 hex digits.
+        """
+        if self.runs_code is None:
+            return code_fingerprint(*modules)
+        if len(self.runs_code) != 16 or any(c not in "0123456789abcdef" for c in self.runs_code):
+            raise InvalidParameterError("runs_code", "16 lower-case hex digits", self.runs_code)
+        return self.runs_code
+
+    def provenance_of_runs(self, *modules: str) -> dict[str, str]:
+        """What a results file records of the code: the runs' fingerprint and, when the runs
+        were trained by other code (:attr:`runs_code`), the fingerprint of the code reporting."""
+        current = code_fingerprint(*modules)
+        if self.runs_code is None or self.runs_code == current:
+            return {"code_fingerprint": current}
+        return {"code_fingerprint": self.code(*modules), "reporting_code_fingerprint": current}
 
     def path(self, name: str) -> Path:
         """``figures/<name>`` (the folder is created)."""

@@ -160,3 +160,39 @@ def test_profiles() -> None:
     assert [r for _, _, r in summary.methods(full)] == [None, None, 1, 5, 10, 30]
     assert full.steps == 1953  # round(20 epochs x 25,000 / 256)
     assert summary.PROFILES["quick"].jl_dimensions == (1,)
+
+
+def test_runs_of_earlier_code_are_reported_only_when_asked(sandbox: Path) -> None:
+    """``Output.runs_code`` reads runs stored under another code fingerprint (``--runs-code``)."""
+    import time
+
+    from dpcore.errors import InvalidParameterError
+    from reproductions.__main__ import main
+
+    config = dataclasses.replace(TINY, checkpoint=True)
+    output = Output.under(sandbox)
+    summary.compute("quick", data_loader=_tiny_data, config=config, output=output)
+    current = output.code(*summary.CODE_MODULES)
+    earlier = "0123456789abcdef"  # as if an earlier commit had trained these runs
+    folders = sorted(output.store(summary.STEM).iterdir())
+    assert len(folders) == 3 and all(f.name.endswith(f"-{current}") for f in folders)
+    for folder in folders:
+        state = folder / "state.json"
+        state.write_text(state.read_text().replace(current, earlier))
+        folder.rename(folder.with_name(folder.name.replace(current, earlier)))
+    past = time.time() - 1  # nothing may train: rows can only be read back
+
+    summary.compute("quick", data_loader=_tiny_data, config=config, output=output, deadline=past)
+    assert {row["status"] for row in output.load_results(summary.STEM)["rows"]} == {"not started"}
+
+    again = dataclasses.replace(output, runs_code=earlier)
+    summary.compute("quick", data_loader=_tiny_data, config=config, output=again, deadline=past)
+    data = again.load_results(summary.STEM)
+    assert {row["status"] for row in data["rows"]} == {"done"}
+    assert all(row["step"] == 2 for row in data["rows"])
+    assert data["code_fingerprint"] == earlier and data["reporting_code_fingerprint"] == current
+
+    with pytest.raises(InvalidParameterError, match="runs_code"):
+        Output(runs_code="not-a-fingerprint").code("reproductions.harness")
+    with pytest.raises(SystemExit):  # Abadi's Fig. 2 keeps no run store
+        main(["--only", "abadi2016_fig2", "--runs-code", earlier])
