@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from dpcore.atomic import atomic_write_text
+from dpcore.torch.models import IMDB_SEQUENCE_LENGTH
 from dpcore.torch.training import DPTrainer
 from reproductions.bu2021_jl import config as paper
 from reproductions.bu2021_jl.privacy_intervals import method_privacy, step_event
@@ -130,6 +131,12 @@ def _run_spec(config: SummaryConfig, key: str, r: int | None) -> dict[str, Any]:
         "noise_multiplier": config.noise_multiplier,
         "max_grad_norm": config.max_grad_norm,
         "test_size": config.test_size,
+        # only when not the paper's 150 tokens: runs stored before this field keep their key
+        **(
+            {}
+            if config.sequence_length == IMDB_SEQUENCE_LENGTH
+            else {"sequence_length": config.sequence_length}
+        ),
     }
 
 

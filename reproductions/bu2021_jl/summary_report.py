@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from dpcore.torch.models import IMDB_SEQUENCE_LENGTH
 from reproductions.bu2021_jl import config as paper
 from reproductions.bu2021_jl.privacy_intervals import fmt_interval
 from reproductions.bu2021_jl.summary_setup import STEM
@@ -50,12 +51,20 @@ def speed_rows(output: Output | None = None) -> dict[str, Any] | None:
 
 
 def profile_label(data: dict[str, Any]) -> str:
-    """E.g. ``quick: 16 steps (0.16 epochs of 20), 2,000 test reviews``."""
+    """E.g. ``quick: 16 steps (0.16 epochs of 20), 2,000 test reviews``; a lot or review length
+    other than the paper's is named (``lot 2048, last 50 tokens of each review``)."""
     config = data["config"]
+    changed = []
+    if config["lot_size"] != paper.IMDB_LOT:
+        changed.append(f"lot {config['lot_size']}")
+    length = config.get("sequence_length", IMDB_SEQUENCE_LENGTH)
+    if length != IMDB_SEQUENCE_LENGTH:
+        changed.append(f"last {length} tokens of each review")
     return (
         f"{config['profile']}: {config['steps']} steps "
         f"({config['steps'] / data['steps_per_epoch']:.2g} epochs of {config['paper_epochs']}), "
-        f"{data['test_examples']:,} test reviews"
+        + "".join(f"{item}, " for item in changed)
+        + f"{data['test_examples']:,} test reviews"
     )
 
 
@@ -124,6 +133,16 @@ def _plot_profile(output: Output, stem: str, readme: Path) -> None:
     write_between_markers(readme, *markers(config["profile"]), readme_table(data, speed))
 
 
+def _learning_rate_note(config: dict[str, Any]) -> str:
+    keras_default = 1e-3
+    if config["learning_rate"] == keras_default:
+        return f"Adam's learning rate {keras_default:g} is Keras' default."
+    return (
+        f"Adam's learning rate is {config['learning_rate']:g} here (Keras' default "
+        f"{keras_default:g} in the full profile)."
+    )
+
+
 def readme_table(data: dict[str, Any], speed: dict[str, Any] | None) -> str:
     """Accuracy, seconds per epoch (from the speed results) and epsilon per method."""
     config = data["config"]
@@ -137,14 +156,17 @@ def readme_table(data: dict[str, Any], speed: dict[str, Any] | None) -> str:
         f"{data['wall_time_s']:.0f} s ({data['hardware']}); sigma = "
         f"{config['noise_multiplier']:g}, delta = {config['delta']:g}. Seconds per epoch: "
         f"{source}. *Assumptions*: sigma, C and {config['paper_epochs']} epochs are the shared "
-        "values of `config.py` (not verified against the paper), Adam's learning rate "
-        f"{config['learning_rate']:g} is Keras' default. Epsilon: certified interval, tight "
+        "values of `config.py` (not verified against the paper), "
+        + _learning_rate_note(config)
+        + " Epsilon: certified interval, tight "
         f"PLD for DP-Adam, the JL accountant ({config['jl_bins']} shift-law bins, worst case "
         "of the paper's Thm 4.1) for DP-Adam-JL. The paper's Figure 1 values were not "
         "transcribed."
         + (
-            " The quick profile trains a fraction of the paper's epochs: its accuracies are "
-            "below the converged ones."
+            " The quick profile trains a fraction of the paper's epochs on larger lots of "
+            "shorter reviews (so that a few steps move every method off chance): its "
+            "accuracies are below the converged ones, and its epsilon after "
+            f"{config['paper_epochs']} epochs is at its own lot size, not the paper's."
             if config["profile"] == "quick"
             else ""
         ),

@@ -143,15 +143,17 @@ def test_nonprivate_resume_is_exact(tmp_path: Path) -> None:
 def test_test_subset_is_random_not_a_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
     sorted_labels = np.repeat([0, 1], 50)  # like the real test split: negatives first
 
-    def fake_sequences() -> tuple[np.ndarray, ...]:
+    def fake_sequences(length: int) -> tuple[np.ndarray, ...]:
+        assert length == 3  # the config's sequence_length is passed on
         ids = np.arange(100 * 3).reshape(100, 3)
         return ids, sorted_labels, ids, sorted_labels
 
     monkeypatch.setattr(dpcore.data.text, "imdb_sequences", fake_sequences)
-    _, y_train, x_test, y_test = summary.load_data(dataclasses.replace(TINY, test_size=20))
+    tiny = dataclasses.replace(TINY, test_size=20, sequence_length=3)
+    _, y_train, x_test, y_test = summary.load_data(tiny)
     assert len(y_train) == 100 and x_test.shape == (20, 3) and y_test.dtype == torch.float32
     assert 0 < float(y_test.mean()) < 1  # both classes, unlike the first 20
-    again = summary.load_data(dataclasses.replace(TINY, test_size=20))[2]
+    again = summary.load_data(tiny)[2]
     assert torch.equal(x_test, again)
 
 
@@ -196,3 +198,11 @@ def test_runs_of_earlier_code_are_reported_only_when_asked(sandbox: Path) -> Non
         Output(runs_code="not-a-fingerprint").code("reproductions.harness")
     with pytest.raises(SystemExit):  # Abadi's Fig. 2 keeps no run store
         main(["--only", "abadi2016_fig2", "--runs-code", earlier])
+
+
+def test_run_spec_names_the_review_length_only_when_not_the_papers() -> None:
+    """Runs stored before ``sequence_length`` existed (all at 150 tokens) keep their key."""
+    full, quick = summary.PROFILES["full"], summary.PROFILES["quick"]
+    assert full.sequence_length == 150 and quick.sequence_length < 150
+    assert "sequence_length" not in summary._run_spec(full, "dp_adam_exact", None)
+    assert summary._run_spec(quick, "dp_adam_exact", None)["sequence_length"] == 50
