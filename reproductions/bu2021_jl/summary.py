@@ -165,15 +165,17 @@ def _compute(config: SummaryConfig, data: Data, output: Output, deadline: float 
             label=f"{stem} {label}",
         )
         if not state.rows:
-            rows.append({"method": label, "key": key, "r": r, "status": "not started"})
+            status = "not started (the deadline came first)"
+            rows.append({"method": label, "key": key, "r": r, "status": status})
             continue
+        final = state.rows[-1]
         privacy = None
         statement = None
         if isinstance(trainer, DPTrainer):
             privacy = method_privacy(
                 step_event(q, config.noise_multiplier, r),
                 jl=r is not None,
-                steps=config.steps,
+                steps=final["step"],  # a stopped run: the steps it ran
                 paper_steps=paper.steps_for_epochs(
                     config.paper_epochs, len(x_train), config.lot_size
                 ),
@@ -191,11 +193,12 @@ def _compute(config: SummaryConfig, data: Data, output: Output, deadline: float 
             statement = f"{stem}_{key}{'' if r is None else r}_privacy.json"
             text = json.dumps(record, indent=2, sort_keys=True, default=str) + "\n"
             atomic_write_text(output.path(statement), text)
-        final = state.rows[-1]
         rows.append(
             {
                 **final,
-                "status": "done" if state.done else f"stopped at step {final['step']}",
+                "status": "done"
+                if state.done
+                else f"stopped at step {final['step']} of {config.steps} (deadline)",
                 "train_seconds_per_step": state.seconds / final["step"],
                 "epsilon_run_lower": None if privacy is None else privacy["run"]["lower"],
                 "epsilon_run_upper": None if privacy is None else privacy["run"]["upper"],

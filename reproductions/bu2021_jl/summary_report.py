@@ -88,13 +88,13 @@ def _plot_profile(output: Output, stem: str, readme: Path) -> None:
     import matplotlib.ticker
 
     data = output.load_results(stem)
-    data["rows"] = [row for row in data["rows"] if "test_accuracy" in row]
     speed = speed_rows(output)
     figure, axis = plt.subplots(figsize=(6.8, 4.4))
-    for index, row in enumerate(data["rows"]):
+    for index, row in enumerate(row for row in data["rows"] if "test_accuracy" in row):
         timed = None if speed is None else speed["rows"].get((row["key"], row["r"]))
         x = index if timed is None else timed["seconds_per_epoch"]
-        axis.plot(x, row["test_accuracy"], "o", ms=7, label=row["method"])
+        stopped = "" if row["status"] == "done" else f" ({row['status']})"
+        axis.plot(x, row["test_accuracy"], "o", ms=7, label=row["method"] + stopped)
         axis.annotate(
             "not private" if row["privacy"] is None else f"eps {_eps(row)}",
             (x, row["test_accuracy"]),
@@ -127,6 +127,9 @@ def _plot_profile(output: Output, stem: str, readme: Path) -> None:
         f"delta={config['delta']:g}; eps after the steps run",
         fontsize=8,
     )
+    missing = [row["method"] for row in data["rows"] if "test_accuracy" not in row]
+    if missing:
+        figure.text(0.01, 0.01, f"not run: {', '.join(missing)}", fontsize=7, color="grey")
     figure.tight_layout()
     figure.savefig(output.path(f"{stem}.png"), dpi=150)
     plt.close(figure)
@@ -176,6 +179,14 @@ def readme_table(data: dict[str, Any], speed: dict[str, Any] | None) -> str:
         "|---|---|---|---|---|---|",
     ]
     for row in data["rows"]:
+        if "test_accuracy" not in row:
+            lines.append(f"| {row['method']} | {row['status']} | - | - | - | - |")
+            continue
+        accuracy = f"{row['test_accuracy']:.3f}"
+        eps = _eps(row)
+        if row["status"] != "done":
+            accuracy += f" ({row['status']})"
+            eps += f" (after step {row['step']})"
         timed = None if speed is None else speed["rows"].get((row["key"], row["r"]))
         seconds = "-" if speed is None else "not timed"
         ratio = "-"
@@ -185,7 +196,7 @@ def readme_table(data: dict[str, Any], speed: dict[str, Any] | None) -> str:
             if timed.get("ratio_to_nonprivate"):
                 ratio = f"{timed['ratio_to_nonprivate']:.2g}"
         lines.append(
-            f"| {row['method']} | {row['test_accuracy']:.3f} | {seconds} | {ratio} "
-            f"| {_eps(row)} | {_eps(row, 'paper_schedule')} |"
+            f"| {row['method']} | {accuracy} | {seconds} | {ratio} "
+            f"| {eps} | {_eps(row, 'paper_schedule')} |"
         )
     return "\n".join(lines)

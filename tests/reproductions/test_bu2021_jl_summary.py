@@ -107,6 +107,34 @@ def test_missing_speed_file(sandbox: Path) -> None:
     assert "| DP-Adam (exact) |" in table and "| - | - |" in table
 
 
+def test_a_deadline_leaves_rows_that_say_how_far_each_method_got(
+    sandbox: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopped and never-started methods stay in the results, table and figure (no gaps)."""
+    import itertools
+    import types
+
+    import reproductions.harness.training as harness_training
+
+    ticks = itertools.count()  # a clock that advances one second per deadline check
+    clock = types.SimpleNamespace(time=lambda: float(next(ticks)), perf_counter=lambda: 0.0)
+    monkeypatch.setattr(harness_training, "time", clock)
+    output = Output.under(sandbox)
+    # checks at 0, 1 (Adam: 2 steps, done), 2 (DP-Adam: 1 step), 3 >= 2.5: stop; JL: 4, none
+    summary.compute("quick", data_loader=_tiny_data, config=TINY, output=output, deadline=2.5)
+    rows = {row["method"]: row for row in output.load_results(summary.STEM)["rows"]}
+    assert rows["Adam (non-private)"]["status"] == "done"
+    stopped, missing = rows["DP-Adam (exact)"], rows["DP-Adam-JL r=2"]
+    assert stopped["status"] == "stopped at step 1 of 2 (deadline)" and stopped["step"] == 1
+    assert stopped["privacy"]["steps"] == 1  # epsilon of the step it ran, not of the plan
+    assert missing["status"].startswith("not started") and "test_accuracy" not in missing
+    _fake_speed(sandbox)
+    summary.plot(output=output, readme=sandbox / "README.md")
+    table = (sandbox / "README.md").read_text()
+    assert "(stopped at step 1 of 2 (deadline))" in table and "(after step 1)" in table
+    assert "| DP-Adam-JL r=2 | not started (the deadline came first) | - |" in table
+
+
 def test_nonprivate_resume_is_exact(tmp_path: Path) -> None:
     x, y = _reviews(50, 0)
     torch.manual_seed(0)
@@ -185,7 +213,8 @@ def test_runs_of_earlier_code_are_reported_only_when_asked(sandbox: Path) -> Non
     past = time.time() - 1  # nothing may train: rows can only be read back
 
     summary.compute("quick", data_loader=_tiny_data, config=config, output=output, deadline=past)
-    assert {row["status"] for row in output.load_results(summary.STEM)["rows"]} == {"not started"}
+    statuses = {row["status"] for row in output.load_results(summary.STEM)["rows"]}
+    assert statuses == {"not started (the deadline came first)"}
 
     again = dataclasses.replace(output, runs_code=earlier)
     summary.compute("quick", data_loader=_tiny_data, config=config, output=again, deadline=past)
