@@ -17,7 +17,13 @@ import numpy as np
 import tensorflow as tf
 
 from dpcore.errors import IncompatibleModelError, InvalidParameterError
-from dpcore.tf.ghost import GhostCapture, NotGhostableError, ghost_supported
+from dpcore.tf.ghost import (
+    GhostCapture,
+    NotGhostableError,
+    ghost_supported,
+    recurrent_layers,
+    unrolled,
+)
 from dpcore.tf.jacobian import per_example_gradients
 from dpcore.tf.jl import jl_squared_norms, restore_seeds, seed_states
 from dpcore.tf.losses import per_example_loss, resolve_loss
@@ -206,14 +212,16 @@ class Clipper:
         def losses_of() -> tf.Tensor:
             return self._losses(x, y, training)[0]
 
-        squared = jl_squared_norms(
-            losses_of,
-            weights,
-            dimension=self.jl_dimension,
-            directions=self.directions,
-            before_pass=lambda: restore_seeds(self.model, states),
-        )
-        restore_seeds(self.model, states)
-        with tf.GradientTape() as tape:
-            losses, predictions = self._losses(x, y, training)
+        # forward mode cannot enter a while_loop; the clipped pass runs the same unrolled graph
+        with unrolled(recurrent_layers(self.model)):
+            squared = jl_squared_norms(
+                losses_of,
+                weights,
+                dimension=self.jl_dimension,
+                directions=self.directions,
+                before_pass=lambda: restore_seeds(self.model, states),
+            )
+            restore_seeds(self.model, states)
+            with tf.GradientTape() as tape:
+                losses, predictions = self._losses(x, y, training)
         return self._finish(tape, losses, tf.sqrt(squared), weights, predictions)

@@ -31,7 +31,13 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-__all__ = ["GhostCapture", "ghost_supported", "layers_with_weights"]
+__all__ = [
+    "GhostCapture",
+    "ghost_supported",
+    "layers_with_weights",
+    "recurrent_layers",
+    "unrolled",
+]
 
 _Record = tuple[str, keras.layers.Layer, tf.Tensor, tf.Tensor]
 
@@ -152,6 +158,37 @@ def _embedding_norm2(ids: tf.Tensor, g: tf.Tensor, vocabulary: int) -> tf.Tensor
     return tf.math.unsorted_segment_sum(tf.reduce_sum(sums**2, axis=1), owner, batch)
 
 
+def recurrent_layers(model: keras.Model) -> list[keras.layers.Layer]:
+    """Every ``keras.layers.RNN`` (LSTM, GRU, ...) in ``model``, nested ones included."""
+    return [
+        layer
+        for layer in model._flatten_layers(include_self=False, recursive=True)
+        if isinstance(layer, keras.layers.RNN)
+    ]
+
+
+@contextlib.contextmanager
+def unrolled(rnns: list[keras.layers.Layer]) -> Iterator[None]:
+    """Within the block the layers unroll their time loop and skip fused (cuDNN) kernels.
+
+    Forward-mode differentiation cannot go through the graph ``while_loop`` of Keras's RNNs, and
+    ghost norms need each step's pre-activations as tensors; unrolled, both work. The time
+    dimension must be static.
+    """
+    saved = [(rnn.unroll, getattr(rnn, "use_cudnn", None)) for rnn in rnns]
+    for rnn in rnns:
+        rnn.unroll = True
+        if hasattr(rnn, "use_cudnn"):
+            rnn.use_cudnn = False
+    try:
+        yield
+    finally:
+        for rnn, (unroll, cudnn) in zip(rnns, saved, strict=True):
+            rnn.unroll = unroll
+            if cudnn is not None:
+                rnn.use_cudnn = cudnn
+
+
 class GhostCapture:
     """Records each covered layer's inputs and pre-activation outputs during one forward pass."""
 
@@ -165,22 +202,14 @@ class GhostCapture:
     def capturing(self) -> Iterator[None]:
         """Within the block, covered layers record what they see (each must run once)."""
         self.records = []
-        saved = [(rnn.unroll, getattr(rnn, "use_cudnn", None)) for rnn in self.rnns]
         for layer in self.layers:
             layer.call = self._wrapped(layer)
-        for rnn in self.rnns:  # every time step's pre-activations in the graph, no fused kernel
-            rnn.unroll = True
-            if hasattr(rnn, "use_cudnn"):
-                rnn.use_cudnn = False
         try:
-            yield
+            with unrolled(self.rnns):  # every time step's pre-activations in the graph
+                yield
         finally:
             for layer in self.layers:
                 del layer.call
-            for rnn, (unroll, cudnn) in zip(self.rnns, saved, strict=True):
-                rnn.unroll = unroll
-                if cudnn is not None:
-                    rnn.use_cudnn = cudnn
 
     def _wrapped(self, layer: keras.layers.Layer) -> Callable[..., Any]:
         kind = _kind(layer)
@@ -218,7 +247,12 @@ class GhostCapture:
             self.records.append((kind, layer, inputs, outputs))  # type: ignore[arg-type]
             return outputs
 
-        return {"dense": dense, "conv": conv, "lstm": lstm}.get(kind, recorded)  # type: ignore[arg-type]
+        wrappers: dict[str | None, Callable[..., Any]] = {
+            "dense": dense,
+            "conv": conv,
+            "lstm": lstm,
+        }
+        return wrappers.get(kind, recorded)
 
     def check_complete(self) -> None:
         """Each covered layer ran exactly once (a shared layer needs cross terms: refused)."""

@@ -19,9 +19,10 @@ def per_example_gradients(
     """``[d losses / d w]`` for each weight, each of shape ``(B, *w.shape)``."""
     if losses.shape.rank == 1 and losses.shape[0] == 0:  # an empty lot (eager jacobian fails)
         return [tf.zeros((0, *w.shape), w.dtype) for w in weights]
-    return tape.jacobian(
+    gradients: list[tf.Tensor] = tape.jacobian(
         losses,
         weights,
         unconnected_gradients=tf.UnconnectedGradients.ZERO,
         experimental_use_pfor=True,
     )
+    return gradients

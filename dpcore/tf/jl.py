@@ -23,7 +23,7 @@ __all__ = ["jl_projections", "jl_squared_norms", "restore_seeds", "seed_states"]
 
 
 def _seed_generators(model: keras.Model) -> list[keras.random.SeedGenerator]:
-    found = []
+    found: list[keras.random.SeedGenerator] = []
     for layer in model._flatten_layers(include_self=True, recursive=True):
         found.extend(getattr(layer, "_seed_generators", ()))
     return found

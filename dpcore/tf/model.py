@@ -44,7 +44,7 @@ import tensorflow as tf
 from dpcore.errors import InvalidParameterError, StateError, UnsupportedEventError
 from dpcore.ledger import PrivacyLedger
 from dpcore.tf.clipping import Clipper
-from dpcore.tf.losses import resolve_loss
+from dpcore.tf.losses import per_example_loss, resolve_loss
 from dpcore.tf.lots import PoissonLots
 from dpcore.tf.noise import NormalSource, normal_source
 from dpcore.validation import check_count, check_delta, check_positive
@@ -207,22 +207,33 @@ class DPModel(keras.Model):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         if sample_weight is not None:
             raise InvalidParameterError("sample_weight", "to be None in DP training", "weights")
-        clipped = self._clipper_for()(x, y, training=True)
+        clipper = self._clipper_for()
         weights = list(self.network.trainable_weights)
+
+        def clip() -> tuple[list[tf.Tensor], tf.Tensor, Any]:
+            lot = clipper(x, y, training=True)
+            return lot.summed, lot.losses, lot.predictions
+
+        def empty() -> tuple[list[tf.Tensor], tf.Tensor, Any]:
+            # nothing to clip (a per-example Jacobian of zero examples fails); the noise stays
+            predictions = self.network(x, training=True)
+            losses = per_example_loss(clipper.loss, y, predictions)
+            return [tf.zeros_like(w) for w in weights], losses, predictions
+
+        size = tf.shape(tf.nest.flatten(x)[0])[0]
+        summed, losses, predictions = tf.cond(size > 0, clip, empty)
         noise_std = self._noise_multiplier * self._max_grad_norm
         noisy = []
-        for summed in clipped.summed:
-            draw = self.noise_source.standard_normal(tf.shape(summed), summed.dtype)
-            divisor = tf.cast(self._divisor, summed.dtype)
-            noisy.append((summed + noise_std * draw) / divisor)
+        for total in summed:
+            draw = self.noise_source.standard_normal(tf.shape(total), total.dtype)
+            divisor = tf.cast(self._divisor, total.dtype)
+            noisy.append((total + noise_std * draw) / divisor)
         self.optimizer.apply_gradients(zip(noisy, weights, strict=True))
         self._dp_steps.assign_add(1)
-        size = tf.shape(clipped.losses)[0]
-        mean = tf.math.divide_no_nan(
-            tf.reduce_sum(clipped.losses), tf.cast(size, clipped.losses.dtype)
-        )
+        mean = tf.math.divide_no_nan(tf.reduce_sum(losses), tf.cast(size, losses.dtype))
         self._loss_tracker.update_state(mean, sample_weight=size)
-        return self.compute_metrics(x, y, clipped.predictions, sample_weight=None)
+        logs: dict[str, Any] = self.compute_metrics(x, y, predictions, sample_weight=None)
+        return logs
 
     def train_on_batch(self, *args: Any, **kwargs: Any) -> Any:
         """Refused: a batch chosen by the caller is not a Poisson lot."""
@@ -230,7 +241,7 @@ class DPModel(keras.Model):
             "train_on_batch", "not to be used with DPModel (use fit on PoissonLots)", "a call"
         )
 
-    def fit(  # type: ignore[override]
+    def fit(
         self,
         x: PoissonLots | None = None,
         y: Any = None,
@@ -264,7 +275,7 @@ class DPModel(keras.Model):
             raise InvalidParameterError(
                 refused[0], "not to be given to DPModel.fit", kwargs[refused[0]]
             )
-        self._start_lots(x)
+        self.use_lots(x)
         extra = [] if delta is None else [EpsilonCallback(check_delta("delta", delta))]
         return super().fit(
             x.dataset(),
@@ -275,7 +286,12 @@ class DPModel(keras.Model):
             **kwargs,
         )
 
-    def _start_lots(self, lots: PoissonLots) -> None:
+    def use_lots(self, lots: PoissonLots) -> None:
+        """Take the following steps on ``lots``: their rate q goes to the ledger, q N divides.
+
+        ``fit`` calls it; call it yourself only to drive ``train_step`` directly (e.g. to time
+        a step on a given lot): the ledger then records q of ``lots`` for every step taken.
+        """
         if self._ledger is None:
             taken = int(self._dp_steps.numpy())
             if taken:
@@ -308,7 +324,7 @@ class EpsilonCallback(keras.callbacks.Callback):
         self._at = -1
 
     def _epsilon(self) -> float:
-        model: DPModel = self.model  # type: ignore[assignment]
+        model: DPModel = self.model
         steps = model.ledger.steps
         if steps != self._at:
             try:
@@ -319,7 +335,7 @@ class EpsilonCallback(keras.callbacks.Callback):
         return self._value
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        model: DPModel = self.model  # type: ignore[assignment]
+        model: DPModel = self.model
         if logs is None:
             return
         if model.jl_dimension is None and (batch + 1) % self.every == 0:

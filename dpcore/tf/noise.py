@@ -67,7 +67,7 @@ class SecureNormals(NormalSource):
             )
 
     def standard_normal(self, shape: Any, dtype: tf.DType) -> tf.Tensor:
-        shape = tf.convert_to_tensor(shape, dtype=tf.int64)
+        shape = tf.cast(shape, tf.int64)
         draws = tf.numpy_function(_secure, [tf.reduce_prod(shape)], tf.float64, stateful=True)
         return tf.cast(tf.reshape(draws, shape), dtype)
 

@@ -15,7 +15,8 @@ from tests.tf.models import MODELS, build, loop_reference, lot, sparse_loss
 
 RTOL = 1e-10
 
-#: 1, sizes equal to feature/unit/time dimensions of the models (3, 4, 5, 6, 7, 8), and more.
+#: 1, sizes equal to feature/unit/time dimensions of the models (3: classes and LSTM units,
+#: 4: embedding width, 5: MLP inputs, 6: sequence length, 7: MLP units, 8: image side), and more.
 LOT_SIZES = (1, 3, 4, 5, 6, 7, 8, 13)
 
 
