@@ -78,8 +78,25 @@ def jl_squared_norms(
     directions: NormalSource,
     before_pass: Callable[[], None],
 ) -> tf.Tensor:
-    """``(1/r) sum_j <g_i, v_j>^2`` per example (:func:`jl_projections`), shape (B,)."""
-    projections = jl_projections(
-        losses_of, weights, dimension=dimension, directions=directions, before_pass=before_pass
+    """``(1/r) sum_j <g_i, v_j>^2`` per example, shape (B,), from r forward-mode passes.
+
+    The same passes as :func:`jl_projections`, but in a ``tf.while_loop`` after the first one:
+    a compiled step holds two copies of the forward pass whatever r is, not r of them.
+    """
+    variables = [w.value for w in weights]
+
+    def one_pass() -> tf.Tensor:
+        tangents = [directions.standard_normal(tf.shape(v), v.dtype) for v in variables]
+        before_pass()
+        with tf.autodiff.ForwardAccumulator(variables, tangents) as accumulator:
+            losses = losses_of()
+        jvp = accumulator.jvp(losses, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        return jvp**2
+
+    first = one_pass()
+    _, total = tf.while_loop(
+        lambda j, _: j < dimension,
+        lambda j, total: (j + 1, total + one_pass()),
+        (tf.constant(1), first),
     )
-    return tf.reduce_mean(projections**2, axis=0)
+    return total / dimension
