@@ -177,7 +177,7 @@ class Clipper:
 
     def _ghost(self, x: Any, y: Any, weights: list[Any], training: bool) -> ClippedLot:
         capture = GhostCapture(self.model)
-        with tf.GradientTape(persistent=True) as tape, capture.capturing():
+        with tf.GradientTape() as tape, capture.capturing():
             losses, predictions = self._losses(x, y, training)
         try:
             capture.check_complete()
@@ -186,11 +186,10 @@ class Clipper:
                 f"Model {self.model.name!r} calls a layer more than once (shared weights) or "
                 "skips one: its ghost norms would miss cross terms; use method='jacobian'."
             ) from None
+        # one backward pass to the layers' outputs; norms and clipped sums from the captures
         grads = tape.gradient(losses, capture.outputs)
-        norms = tf.sqrt(tf.maximum(capture.squared_norms(grads), 0.0))
-        result = self._finish(tape, losses, norms, weights, predictions)
-        del tape
-        return result
+        norms, factors, summed = capture.norms_and_sums(grads, self.max_grad_norm, weights)
+        return ClippedLot(summed, norms, factors, losses, predictions)
 
     def _jacobian(self, x: Any, y: Any, weights: list[Any], training: bool) -> ClippedLot:
         with tf.GradientTape(persistent=True) as tape:

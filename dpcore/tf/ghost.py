@@ -268,63 +268,86 @@ class GhostCapture:
         """The tensors whose loss gradients the norms need, in record order."""
         return [record[3] for record in self.records]
 
-    def squared_norms(self, output_grads: list[tf.Tensor]) -> tf.Tensor:
-        """Per-example squared gradient norms over every covered weight, shape (B,)."""
-        total = None
+    def _prepared(self, output_grads: list[tf.Tensor]) -> list[tuple[str, Any, tuple[Any, ...]]]:
+        """Per layer: (kind, layer, the tensors its norm and sums need)."""
+        prepared: list[tuple[str, Any, tuple[Any, ...]]] = []
         steps: dict[int, list[tuple[Any, tf.Tensor]]] = {}
         for (kind, layer, inputs, _), g in zip(self.records, output_grads, strict=True):
             if kind == "lstm":
                 steps.setdefault(id(layer), []).append((inputs, g))
-                continue
-            part = _layer_norm2(kind, layer, inputs, g)
-            total = part if total is None else total + part
+            else:
+                prepared.append((kind, layer, _operands(kind, layer, inputs, g)))
         for layer in self.layers:
             if id(layer) in steps:
-                part = _lstm_norm2(layer, steps[id(layer)])
-                total = part if total is None else total + part
-        assert total is not None
-        return total
+                g = tf.stack([delta for _, delta in steps[id(layer)]], axis=1)
+                x = tf.stack([inputs for (inputs, _), _ in steps[id(layer)]], axis=1)
+                h = tf.stack([h_tm1 for (_, h_tm1), _ in steps[id(layer)]], axis=1)
+                prepared.append(("lstm", layer, (tf.cast(x, g.dtype), tf.cast(h, g.dtype), g)))
+        return prepared
+
+    def norms_and_sums(
+        self, output_grads: list[tf.Tensor], max_grad_norm: float, weights: list[Any]
+    ) -> tuple[tf.Tensor, tf.Tensor, list[tf.Tensor]]:
+        """Per-example norms, clip factors, and the clipped sums in the order of ``weights``."""
+        from dpcore.tf.bookkeeping import layer_sums, lstm_sums, ordered
+        from dpcore.tf.clipping import clip_factors
+
+        prepared = self._prepared(output_grads)
+        squared = tf.add_n([_squared(kind, layer, operands) for kind, layer, operands in prepared])
+        norms = tf.sqrt(tf.maximum(squared, 0.0))
+        factors = clip_factors(norms, max_grad_norm)
+        sums: dict[int, tf.Tensor] = {}
+        for kind, layer, operands in prepared:
+            if kind == "lstm":
+                sums.update(lstm_sums(layer, *operands, factors))
+            else:
+                sums.update(layer_sums(kind, layer, operands[0], operands[1], factors))
+        return norms, factors, ordered(sums, weights)
 
 
 class NotGhostableError(Exception):
     """The model's forward pass does not qualify for ghost norms (see the module docstring)."""
 
 
-def _lstm_norm2(cell: keras.layers.Layer, steps: list[tuple[Any, tf.Tensor]]) -> tf.Tensor:
-    """W and U as Dense layers over the time steps (positions), bias ``sum_t delta_t``."""
-    g = tf.stack([delta for _, delta in steps], axis=1)
-    x = tf.cast(tf.stack([inputs for (inputs, _), _ in steps], axis=1), g.dtype)
-    h = tf.cast(tf.stack([h_tm1 for (_, h_tm1), _ in steps], axis=1), g.dtype)
-    total = _outer_norm2(x, g) + _outer_norm2(h, g)
-    return total + _bias_norm2(g) if cell.use_bias else total
-
-
-def _layer_norm2(
-    kind: str, layer: keras.layers.Layer, inputs: tf.Tensor, g: tf.Tensor
-) -> tf.Tensor:
+def _operands(kind: str, layer: keras.layers.Layer, inputs: Any, g: tf.Tensor) -> tuple[Any, ...]:
+    """``(A, G)``: Dense (B, T, d) inputs, Conv patches, Embedding ids, LayerNorm ``x_hat``."""
     dtype = g.dtype
     if kind == "dense":
-        a, gg = _flat(tf.cast(inputs, dtype)), _flat(g)
-        out = _outer_norm2(a, gg)
-        return out + _bias_norm2(gg) if layer.bias is not None else out
+        return _flat(tf.cast(inputs, dtype)), _flat(g)
     if kind == "conv":
-        a, gg = _patches(layer, tf.cast(inputs, dtype)), _flat(g)
-        out = _outer_norm2(a, gg)
-        return out + _bias_norm2(gg) if layer.use_bias else out
+        return _patches(layer, tf.cast(inputs, dtype)), _flat(g)
     if kind == "embedding":
-        return _embedding_norm2(inputs, g, layer.input_dim)
-    # layer normalisation: recompute x_hat over the normalised axes
+        return inputs, g
     x = tf.cast(inputs, dtype)
     axes = layer.axis if isinstance(layer.axis, list | tuple) else [layer.axis]
     axes = [a % x.shape.rank for a in axes]
     mean, variance = tf.nn.moments(x, axes=axes, keepdims=True)
-    x_hat = (x - mean) * tf.math.rsqrt(variance + layer.epsilon)
-    others = [a for a in range(1, x.shape.rank) if a not in axes]
-    total = tf.zeros(tf.shape(g)[:1], dtype)
+    return (x - mean) * tf.math.rsqrt(variance + layer.epsilon), g
+
+
+def _squared(kind: str, layer: keras.layers.Layer, operands: tuple[Any, ...]) -> tf.Tensor:
+    """Per-example squared norm of one layer's weight gradients (the module docstring)."""
+    if kind == "lstm":
+        x, h, g = operands
+        total = _outer_norm2(x, g) + _outer_norm2(h, g)
+        return total + _bias_norm2(g) if layer.use_bias else total
+    a, g = operands
+    if kind in ("dense", "conv"):
+        out = _outer_norm2(a, g)
+        has_bias = layer.bias is not None if kind == "dense" else layer.use_bias
+        return out + _bias_norm2(g) if has_bias else out
+    if kind == "embedding":
+        return _embedding_norm2(a, g, layer.input_dim)
+    rank = g.shape.rank
+    axes = layer.axis if isinstance(layer.axis, list | tuple) else [layer.axis]
+    axes = [axis % rank for axis in axes]
+    others = [axis for axis in range(1, rank) if axis not in axes]
+    batch = tf.shape(g)[0]
+    total = tf.zeros([batch], g.dtype)
     if layer.scale:
-        gamma = tf.reduce_sum(g * x_hat, axis=others) if others else g * x_hat
-        total += tf.reduce_sum(tf.reshape(gamma, [tf.shape(g)[0], -1]) ** 2, axis=1)
+        gamma = tf.reduce_sum(g * a, axis=others) if others else g * a
+        total += tf.reduce_sum(tf.reshape(gamma, [batch, -1]) ** 2, axis=1)
     if layer.center:
         beta = tf.reduce_sum(g, axis=others) if others else g
-        total += tf.reduce_sum(tf.reshape(beta, [tf.shape(g)[0], -1]) ** 2, axis=1)
+        total += tf.reduce_sum(tf.reshape(beta, [batch, -1]) ** 2, axis=1)
     return total
