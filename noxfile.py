@@ -36,24 +36,28 @@ def _install(session: nox.Session, *groups: str, extras: str = "") -> None:
     session.install(*constraints, "-e", f".{extras}", *deps)
 
 
+#: Extras of the test sessions: both frameworks (the TensorFlow tests compare with torch).
+TEST_EXTRAS = "[torch,tf,plot,progress]"
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """Run the default test suite (doctests included, slow tests excluded)."""
-    _install(session, "test", extras="[torch,plot,progress]")
+    _install(session, "test", extras=TEST_EXTRAS)
     session.run("pytest", "dpcore", "tests", "-m", "not slow and not cuda", *session.posargs)
 
 
 @nox.session
 def slow(session: nox.Session) -> None:
-    """Run only the tests marked slow (wide property searches)."""
-    _install(session, "test", extras="[torch,plot,progress]")
+    """Run only the tests marked slow (wide property searches, MNIST training)."""
+    _install(session, "test", extras=TEST_EXTRAS)
     session.run("pytest", "tests", "-m", "slow", *session.posargs)
 
 
 @nox.session
 def gpu(session: nox.Session) -> None:
     """Run only the tests that need a CUDA GPU (they fail, not skip, without one)."""
-    _install(session, "test", extras="[torch,plot,progress]")
+    _install(session, "test", extras=TEST_EXTRAS)
     session.run("pytest", "tests", "-m", "cuda", *session.posargs)
 
 
@@ -69,7 +73,7 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def bench(session: nox.Session) -> None:
     """Time dpcore against peers; writes JSON under bench/results/ (``-- accounting`` for one)."""
-    _install(session, "bench", extras="[torch,progress]")
+    _install(session, "bench", extras="[torch,tf,progress]")
     session.run("python", "-m", "bench", *session.posargs)
 
 
@@ -122,3 +126,13 @@ def tfprivacy(session: nox.Session) -> None:
         "-c", "constraints/tf-privacy.txt", "tensorflow", "tensorflow-privacy", "-e", ".[progress]"
     )
     session.run("python", "-m", "reproductions.bu2021_jl.tf_privacy_baseline", *session.posargs)
+
+
+@nox.session
+def dpcoretf(session: nox.Session) -> None:
+    """Time dpcore's TensorFlow DP-Adam, exact and JL, on the IMDb model (Table 2; the tf extra).
+
+    Writes figures/bu2021_jl_dpcore_tf.json (``-- --profile full`` for the paper's r and lots).
+    """
+    session.install("-e", ".[tf,progress]")
+    session.run("python", "-m", "reproductions.bu2021_jl.dpcore_tf_timing", *session.posargs)

@@ -1,14 +1,17 @@
 """``python -m bench [NAME ...] [--quick] [--device cpu|cuda]``: run the named benchmarks.
 
-Default: all of them. ``--quick`` asks each benchmark for its short profile (``training``: fewer
-timed steps, see :mod:`bench.training`; ``accounting``: one repeat instead of three;
-``training_memory``: lots up to 2**12 only, a smoke test); ``--device`` applies to ``training``
-only (``accounting`` has no GPU part; ``training_memory`` measures host RSS on CPU).
+Default: all of them whose framework is installed (``tf_training`` needs the ``tf`` extra; it
+is skipped, with a note, where TensorFlow is absent). ``--quick`` asks each benchmark for its
+short profile (``training`` and ``tf_training``: fewer timed steps, see :mod:`bench.training`
+and :mod:`bench.tf_training`; ``accounting``: one repeat instead of three; ``training_memory``:
+lots up to 2**12 only, a smoke test); ``--device`` applies to ``training`` only (``accounting``
+has no GPU part; ``training_memory`` measures host RSS on CPU; ``tf_training`` runs on CPU).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from collections.abc import Callable
@@ -50,12 +53,36 @@ def _distributed(results_dir: Path, *, quick: bool, device: str) -> list[dict[st
     return distributed.run(results_dir, quick=quick)
 
 
+def _tf_training(results_dir: Path, *, quick: bool, device: str) -> list[dict[str, Any]]:
+    from bench import tf_training  # imports TensorFlow in its workers: only when asked for
+
+    if device != "cpu":
+        raise SystemExit("python -m bench tf_training: CPU only (the tf extra is tensorflow-cpu)")
+    try:
+        tf_training.check_tensorflow()
+    except RuntimeError as error:
+        raise SystemExit(f"python -m bench tf_training: {error}") from None
+    return tf_training.run(results_dir, quick=quick)
+
+
 BENCHMARKS: dict[str, Callable[..., list[dict[str, Any]]]] = {
     "accounting": _accounting,
     "training": _training,
     "training_memory": _training_memory,
     "distributed": _distributed,
+    "tf_training": _tf_training,
 }
+#: Benchmarks run by default only where their framework (a module) is installed.
+OPTIONAL = {"tf_training": "tensorflow"}
+
+
+def default_names() -> list[str]:
+    """Every benchmark but the optional ones whose framework is not installed."""
+    return [
+        name
+        for name in BENCHMARKS
+        if name not in OPTIONAL or importlib.util.find_spec(OPTIONAL[name]) is not None
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,7 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(args.names) - set(BENCHMARKS))
     if unknown:
         parser.error(f"unknown benchmark(s) {unknown}; expected names in {sorted(BENCHMARKS)}")
-    for name in args.names or list(BENCHMARKS):
+    names = args.names or default_names()
+    for name in [] if args.names else sorted(set(BENCHMARKS) - set(names)):
+        print(f"skipped {name}: {OPTIONAL[name]} is not installed (the tf extra)")
+    for name in names:
         rows = BENCHMARKS[name](RESULTS, quick=args.quick, device=args.device)
         print(json.dumps(rows, indent=1))
         print(f"wrote {RESULTS / (name + '.json')}")

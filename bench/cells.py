@@ -68,6 +68,7 @@ __all__ = [
     "run_cell",
     "run_timing",
     "step_function",
+    "timed_count",
     "timing_worker",
     "worker_command",
 ]
@@ -312,6 +313,22 @@ def _timed(step: Callable[[], object], cuda: bool) -> float:
     return time.perf_counter() - start
 
 
+def timed_count(warmup_seconds: Sequence[float], steps: int, budget: float | None) -> int:
+    """How many steps to time: ``steps``, or with a ``budget`` (seconds) ``clamp(budget // last
+    warm-up step, 1, steps)`` (so a slow method costs a bounded time; ``steps`` without a
+    warm-up step).
+
+    Example:
+        >>> timed_count([9.0, 2.5], 3, 6.0), timed_count([0.1], 3, 6.0), timed_count([], 3, 6.0)
+        (2, 3, 3)
+        >>> timed_count([50.0], 10, 6.0), timed_count([50.0], 10, None)
+        (1, 10)
+    """
+    if budget is None or not warmup_seconds:
+        return steps
+    return max(1, min(steps, int(budget // max(warmup_seconds[-1], 1e-9))))
+
+
 def measure_steps(
     cell: Cell,
     *,
@@ -376,9 +393,7 @@ def _measure_steps(
                 warm.append(_timed(step, cuda))
             if cuda:
                 torch.cuda.reset_peak_memory_stats()
-            count = steps
-            if budget is not None and warm:
-                count = max(1, min(steps, int(budget // max(warm[-1], 1e-9))))
+            count = timed_count(warm, steps, budget)
             row["warmup_seconds"] = warm
             row["timed_steps"] = count
             times = []

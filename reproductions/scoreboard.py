@@ -358,10 +358,14 @@ def _bu2021_speed(output: Output) -> Iterator[Row]:
             if paper is None or "nonprivate" in str(row.get("method")):
                 continue
             method = row["method"] + ("" if row.get("r") is None else f" r = {row['r']}")
+            ours = {
+                "dp_adam_exact": "exact clipping on dpcore's fast path",
+                "dpcore_tf_exact": "exact clipping in dpcore's TensorFlow backend",
+            }.get(row["method"])
             baseline = (
                 "; the paper's row is TF Privacy's vanilla DP-Adam (a per-example loop), ours "
-                "is exact clipping on dpcore's fast path"
-                if row["method"] == "dp_adam_exact"
+                f"is {ours}"
+                if ours
                 else ""
             )
             yield _row(

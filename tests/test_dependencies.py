@@ -13,6 +13,7 @@ FORBIDDEN = (
     "hypothesis",
     "matplotlib",
     "tqdm",
+    "tensorflow_privacy",
 )
 
 PROGRAM = f"""
@@ -33,3 +34,21 @@ def test_every_dpcore_module_imports_without_optional_packages() -> None:
     )
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.strip() == "ok"
+
+
+def test_each_framework_backend_imports_without_the_other() -> None:
+    """dpcore.tf never needs torch and dpcore.torch never needs TensorFlow."""
+    for blocked, package in (("torch", "dpcore.tf"), ("tensorflow", "dpcore.torch")):
+        program = f"""
+import importlib, pkgutil, sys
+sys.modules[{blocked!r}] = None
+import {package} as package
+for module in pkgutil.walk_packages(package.__path__, {package + "."!r}):
+    importlib.import_module(module.name)
+print("ok")
+"""
+        completed = subprocess.run(
+            [sys.executable, "-c", program], capture_output=True, text=True, check=False
+        )
+        assert completed.returncode == 0, (package, completed.stderr[-2000:])
+        assert completed.stdout.strip().endswith("ok")

@@ -17,7 +17,7 @@ EXAMPLES = dict(
 
 
 def test_the_examples_are_found() -> None:
-    assert set(EXAMPLES) == {"own-loop", "from-opacus", "audit-own-loop"}
+    assert set(EXAMPLES) == {"own-loop", "from-opacus", "audit-own-loop", "keras-fit"}
 
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))

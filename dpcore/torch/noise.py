@@ -15,10 +15,10 @@ import math
 import os
 from typing import Any
 
-import numpy as np
 import torch
 
 from dpcore.errors import InvalidParameterError
+from dpcore.secure_random import secure_standard_normals
 from dpcore.validation import check_count
 
 __all__ = ["NoiseSource", "SecureGaussianNoise", "SeededGaussianNoise"]
@@ -89,17 +89,8 @@ class SecureGaussianNoise(NoiseSource):
                 "seed", "to be None for the secure noise source (it cannot be seeded)", seed
             )
 
-    @staticmethod
-    def _uniforms(count: int) -> np.ndarray:
-        words = np.frombuffer(os.urandom(8 * count), dtype=np.uint64) >> np.uint64(11)
-        return (words.astype(np.float64) + 1.0) * 2.0**-53
-
     def standard_normal(
         self, shape: torch.Size, *, dtype: torch.dtype, device: torch.device
     ) -> torch.Tensor:
-        count = math.prod(shape)
-        pairs = (count + 1) // 2
-        radius = np.sqrt(-2.0 * np.log(self._uniforms(pairs)))
-        angle = 2.0 * np.pi * self._uniforms(pairs)
-        normals = np.concatenate([radius * np.cos(angle), radius * np.sin(angle)])[:count]
+        normals = secure_standard_normals(math.prod(shape))
         return torch.from_numpy(normals).reshape(shape).to(dtype=dtype, device=device)

@@ -25,7 +25,9 @@ another key is ignored.
 
 The paper's Table 2 was measured with TensorFlow on a P100; its vanilla DP-Adam was TF Privacy's.
 When ``figures/bu2021_jl_tf_privacy.json`` exists (``nox -s tfprivacy``, TF Privacy's vanilla
-optimizer on the same model, timed on our hardware), its rows are shown next to ours.
+optimizer on the same model, timed on our hardware), its rows are shown next to ours; so are
+those of ``figures/bu2021_jl_dpcore_tf.json`` (``nox -s dpcoretf``: dpcore's TensorFlow backend,
+exact and JL DP-Adam, against Keras 3's non-private Adam on the same lots).
 """
 
 from __future__ import annotations
@@ -55,6 +57,10 @@ DATA_CACHE = Output().store(STEM) / "imdb_train_ids.npz"
 TF_PRIVACY_STEM = "bu2021_jl_tf_privacy"
 TF_PRIVACY_MISSING = "not measured here: run `nox -s tfprivacy`"
 TF_PRIVACY_NOT_ON_GPU = "not timed on the GPU (`nox -s tfprivacy` runs on CPU; see the CPU table)"
+#: Results stem of :mod:`~reproductions.bu2021_jl.dpcore_tf_timing` (``nox -s dpcoretf``).
+DPCORE_TF_STEM = "bu2021_jl_dpcore_tf"
+DPCORE_TF_MISSING = "not measured here: run `nox -s dpcoretf`"
+DPCORE_TF_NOT_ON_GPU = "not timed on the GPU (`nox -s dpcoretf` runs on CPU; see the CPU table)"
 #: The code that measures (model and step builders, timing loop, worker): its fingerprint is part
 #: of every cached measurement's key.
 MEASURING_CODE = ("dpcore.torch", "bench", MODULE)
@@ -203,9 +209,13 @@ def cells(config: SpeedConfig) -> list[Cell]:
 _PAPER_ROW = {
     "nonprivate": "nonprivate",
     "keras_nonprivate": "nonprivate",
+    "keras3_nonprivate": "nonprivate",
     "dp_adam_exact": "tf_privacy_vanilla",
+    "dpcore_tf_exact": "tf_privacy_vanilla",
     "tf_privacy_vanilla": "tf_privacy_vanilla",
 }
+#: Our DP-Adam-JL rows (torch, TensorFlow): each stands beside the paper's JL row of its r.
+_JL_METHODS = ("dp_adam_jl", "dpcore_tf_jl")
 
 
 def _paper_key(method: str, r: int | None) -> str | None:
@@ -214,8 +224,10 @@ def _paper_key(method: str, r: int | None) -> str | None:
     Example:
         >>> _paper_key("dp_adam_jl", 5), _paper_key("tf_privacy_vectorized", None)
         ('jl_5', None)
+        >>> _paper_key("dpcore_tf_jl", 30), _paper_key("dpcore_tf_exact", None)
+        ('jl_30', 'tf_privacy_vanilla')
     """
-    if method == "dp_adam_jl":
+    if method in _JL_METHODS:
         return f"jl_{r}"
     return _PAPER_ROW.get(method)
 
@@ -251,6 +263,48 @@ def _row(cell: Cell, measured: dict[str, Any], lots: int, hardware: str) -> dict
     }
 
 
+def _table_row(
+    row: dict[str, Any],
+    *,
+    r: int | None,
+    reference: float | None,
+    source: str,
+    variant: str,
+    hardware: str | None,
+    peak_rss_mb: float | None,
+    error: str | None,
+) -> dict[str, Any]:
+    """One row of a TensorFlow timing file (TF Privacy, dpcore TF) in this table's format;
+    its ratio divides by ``reference``, the seconds per epoch of that file's non-private row."""
+    seconds = row.get("seconds_per_epoch")
+    method = str(row.get("method"))
+    return {
+        "method": method,
+        "r": r,
+        "variant": variant,
+        "seconds_per_epoch": seconds,
+        "ratio_to_nonprivate": seconds / reference if seconds and reference else None,
+        "extrapolated": bool(row.get("extrapolated", False)),
+        "timed_steps": row.get("timed_steps"),
+        "lots_per_epoch": row.get("lots_per_epoch"),
+        "step_seconds_median": row.get("seconds_per_step"),
+        "peak_rss_mb": peak_rss_mb,
+        "peak_gpu_mb": None,
+        "source": source,
+        "hardware": hardware,
+        "error": None if seconds else error,
+        **_paper_columns(method, r),
+    }
+
+
+def _reference(rows: list[dict[str, Any]], method: str) -> float | None:
+    """Seconds per epoch of the row of ``method`` (a file's non-private reference), or None."""
+    return next(
+        (row.get("seconds_per_epoch") for row in rows if row.get("method") == method),
+        None,
+    )
+
+
 def tf_privacy_rows(output: Output | None = None) -> list[dict[str, Any]]:
     """Rows of the TF Privacy timing (``nox -s tfprivacy``) in this table's format; [] if absent.
 
@@ -269,33 +323,50 @@ def tf_privacy_rows(output: Output | None = None) -> list[dict[str, Any]]:
     errors = data.get("errors") or {}
     timed = {row.get("method") for row in rows}
     rows += [{"method": method} for method in errors if "@" not in method and method not in timed]
-    keras = next(
-        (row["seconds_per_epoch"] for row in rows if row.get("method") == "keras_nonprivate"), None
-    )
-    result = []
-    for row in rows:
-        seconds = row.get("seconds_per_epoch")
-        method = str(row.get("method"))
-        result.append(
-            {
-                "method": method,
-                "r": None,
-                "variant": "keras",
-                "seconds_per_epoch": seconds,
-                "ratio_to_nonprivate": seconds / keras if seconds and keras else None,
-                "extrapolated": bool(row.get("extrapolated", False)),
-                "timed_steps": row.get("timed_steps"),
-                "lots_per_epoch": row.get("lots_per_epoch"),
-                "step_seconds_median": row.get("seconds_per_step"),
-                "peak_rss_mb": peaks.get(method),
-                "peak_gpu_mb": None,
-                "source": "tf_privacy",
-                "hardware": data.get("hardware"),
-                "error": None if seconds else errors.get(method),
-                **_paper_columns(method, None),
-            }
+    keras = _reference(rows, "keras_nonprivate")
+    return [
+        _table_row(
+            row,
+            r=None,
+            reference=keras,
+            source="tf_privacy",
+            variant="keras",
+            hardware=data.get("hardware"),
+            peak_rss_mb=peaks.get(str(row.get("method"))),
+            error=errors.get(str(row.get("method"))),
         )
-    return result
+        for row in rows
+    ]
+
+
+def dpcore_tf_rows(output: Output | None = None) -> list[dict[str, Any]]:
+    """Rows of the dpcore TF timing (``nox -s dpcoretf``) in this table's format; [] if absent.
+
+    The timing is ``output``'s ``bu2021_jl_dpcore_tf.json`` (default: figures/): methods
+    ``keras3_nonprivate``, ``dpcore_tf_exact`` and ``dpcore_tf_jl`` (one row per r). Each ratio
+    divides by that file's own ``keras3_nonprivate`` row (Keras 3 on the same TensorFlow and
+    machine). Every method has a row there, with its peak memory and, if it failed, its
+    ``error`` (then no timing); the hardware is at the file's top level.
+    """
+    output = output or Output()
+    if not output.has_results(DPCORE_TF_STEM):
+        return []
+    data = output.load_results(DPCORE_TF_STEM)
+    rows = list(data.get("rows", []))
+    keras = _reference(rows, "keras3_nonprivate")
+    return [
+        _table_row(
+            row,
+            r=row.get("r"),
+            reference=keras,
+            source="dpcore_tf",
+            variant="keras3",
+            hardware=data.get("hardware"),
+            peak_rss_mb=row.get("peak_rss_mb"),
+            error=row.get("error"),
+        )
+        for row in rows
+    ]
 
 
 def crossover(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -434,8 +505,8 @@ def compute(profile: str = "quick", *, output: Output | None = None) -> None:
     for row in rows:
         if reference and row["seconds_per_epoch"]:
             row["ratio_to_nonprivate"] = row["seconds_per_epoch"] / reference
-    if device == "cpu":  # TF Privacy is timed on CPU only: its rows sit beside CPU rows
-        rows += tf_privacy_rows(output)
+    if device == "cpu":  # the TensorFlow timings run on CPU only: their rows sit beside CPU rows
+        rows += tf_privacy_rows(output) + dpcore_tf_rows(output)
     extra = {
         "seed": 0,
         "hardware": hardware,

@@ -1,8 +1,8 @@
 """Bu et al. 2021, Table 2: figure and README tables of :mod:`reproductions.bu2021_jl.speed`.
 
 Made from the saved results only (``bu2021_jl_speed[_cuda].json``, plus the newest
-``bu2021_jl_tf_privacy.json`` beside a CPU run) of an :class:`~reproductions.harness.Output`
-(default: ``figures/``).
+``bu2021_jl_tf_privacy.json`` and ``bu2021_jl_dpcore_tf.json`` beside a CPU run) of an
+:class:`~reproductions.harness.Output` (default: ``figures/``).
 """
 
 from __future__ import annotations
@@ -14,9 +14,12 @@ import numpy as np
 
 from reproductions.bu2021_jl import config as paper
 from reproductions.bu2021_jl.speed import (
+    DPCORE_TF_MISSING,
+    DPCORE_TF_NOT_ON_GPU,
     TF_PRIVACY_MISSING,
     TF_PRIVACY_NOT_ON_GPU,
     _paper_columns,
+    dpcore_tf_rows,
     stem_for,
     table_for,
     tf_privacy_rows,
@@ -31,9 +34,13 @@ def _label(row: dict[str, Any]) -> str:
         "keras_nonprivate": "Keras non-private Adam",
         "tf_privacy_vanilla": "TF Privacy vanilla DP-Adam",
         "tf_privacy_vectorized": "TF Privacy 0.9 vectorized DP-Adam (extra row)",
+        "keras3_nonprivate": "Keras 3 non-private Adam (dpcore TF's reference)",
+        "dpcore_tf_exact": "dpcore TF DP-Adam, exact",
     }
     if row["method"] == "dp_adam_jl":
         return f"DP-Adam-JL, r = {row['r']}"
+    if row["method"] == "dpcore_tf_jl":
+        return f"dpcore TF DP-Adam-JL, r = {row['r']}"
     return str(names.get(row["method"], row["method"]))
 
 
@@ -41,17 +48,27 @@ def _fmt(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
-def table_rows(data: dict[str, Any], output: Output | None = None) -> list[dict[str, Any]]:
-    """Our rows, with the TF Privacy rows from ``output``'s newest file (else those saved with
-    ours).
+#: The TensorFlow timings shown beside a CPU run: (source, rows from ``output``'s newest file,
+#: what the table says when there is none on CPU, and on GPU).
+_TENSORFLOW_ROWS = (
+    ("tf_privacy", tf_privacy_rows, TF_PRIVACY_MISSING, TF_PRIVACY_NOT_ON_GPU),
+    ("dpcore_tf", dpcore_tf_rows, DPCORE_TF_MISSING, DPCORE_TF_NOT_ON_GPU),
+)
 
-    A GPU run gets no TF Privacy rows: those are CPU timings, and ratios across devices mislead.
+
+def table_rows(data: dict[str, Any], output: Output | None = None) -> list[dict[str, Any]]:
+    """Our rows, with the TF Privacy and dpcore TF rows from ``output``'s newest files (else
+    those saved with ours).
+
+    A GPU run gets no TensorFlow rows: those are CPU timings, and ratios across devices mislead.
     """
     ours = [row for row in data["rows"] if row["source"] == "dpcore"]
     if data.get("device", "cpu") != "cpu":
         return ours
-    fresh = tf_privacy_rows(output)
-    return ours + (fresh or [row for row in data["rows"] if row["source"] == "tf_privacy"])
+    for source, fresh_rows, _, _ in _TENSORFLOW_ROWS:
+        fresh = fresh_rows(output)
+        ours += fresh or [row for row in data["rows"] if row["source"] == source]
+    return ours
 
 
 def _fitted_text(fitted: float | None) -> str:
@@ -91,6 +108,8 @@ def readme_table(data: dict[str, Any], output: Output | None = None) -> str:
         )
         if row["source"] == "tf_privacy":
             how += f"; TF Privacy run on {row['hardware']}"
+        if row["source"] == "dpcore_tf":
+            how += f"; dpcore TF run on {row['hardware']}"
         if row["error"]:
             how = f"failed: {row['error'][:80]}"
         lines.append(
@@ -98,10 +117,13 @@ def readme_table(data: dict[str, Any], output: Output | None = None) -> str:
             f"| {_fmt(row['ratio_to_nonprivate'], 2)} | {_fmt(row['paper_seconds_per_epoch'], 0)} "
             f"| {_fmt(row['paper_ratio_to_nonprivate'], 1)} | {how} |"
         )
-    if not any(row["source"] == "tf_privacy" for row in rows):
-        missing = {"method": "tf_privacy_vanilla", "r": None}
-        columns = _paper_columns("tf_privacy_vanilla", None)
-        why = TF_PRIVACY_MISSING if data.get("device", "cpu") == "cpu" else TF_PRIVACY_NOT_ON_GPU
+    stand_ins = {"tf_privacy": "tf_privacy_vanilla", "dpcore_tf": "dpcore_tf_exact"}
+    for source, _, on_cpu, on_gpu in _TENSORFLOW_ROWS:
+        if any(row["source"] == source for row in rows):
+            continue
+        missing = {"method": stand_ins[source], "r": None}
+        columns = _paper_columns(stand_ins[source], None)
+        why = on_cpu if data.get("device", "cpu") == "cpu" else on_gpu
         lines.append(
             f"| {_label(missing)} | {why} | - "
             f"| {_fmt(columns['paper_seconds_per_epoch'], 0)} "
@@ -134,14 +156,15 @@ def plot_device(device: str, *, output: Output | None = None, readme: Path | Non
     output = output or Output()
     stem = stem_for(device)
     data = output.load_results(stem)
-    rows = [row for row in table_rows(data, output) if row["method"] != "keras_nonprivate"]
+    references = ("keras_nonprivate", "keras3_nonprivate")
+    rows = [row for row in table_rows(data, output) if row["method"] not in references]
     labels = [
         _label(row).replace(", ", "\n")
-        + ("\n(paper: TF Privacy)" if row["method"] == "dp_adam_exact" else "")
+        + ("\n(paper: TF Privacy)" if row["method"] in ("dp_adam_exact", "dpcore_tf_exact") else "")
         for row in rows
     ]
     positions = np.arange(len(rows))
-    figure, axis = plt.subplots(figsize=(9, 4.2))
+    figure, axis = plt.subplots(figsize=(max(9.0, 0.75 * len(rows)), 4.2))
     ours = [row["ratio_to_nonprivate"] or np.nan for row in rows]
     theirs = [row["paper_ratio_to_nonprivate"] or np.nan for row in rows]
     axis.bar(positions - 0.2, ours, 0.4, label=f"ours ({data['hardware']})")

@@ -91,6 +91,7 @@ __all__ = [
     "lots_per_epoch",
     "main",
     "measure",
+    "run_module_worker",
     "run_worker",
     "summarize",
     "time_method",
@@ -190,6 +191,42 @@ def _checkpoint(config: TfPrivacyConfig, method: str, tensorflow: str, output: O
     return output.store(STEM) / f"{method}_{digest}.json"
 
 
+def run_module_worker(
+    module: str,
+    method: str,
+    config: Any,
+    data_path: Path,
+    checkpoint: Path | None,
+    *,
+    options: Sequence[str] = (),
+    timeout: float | None = None,
+) -> dict[str, Any]:
+    """``python -m <module> --worker <method> --data ... --config ... [options]`` in a child
+    process; the dictionary of its one result line (:mod:`bench.protocol`).
+
+    ``config`` is a dataclass, passed as JSON; the child's progress goes to stderr, shown as it
+    runs. ``timeout`` (seconds; None: none) stops a child that runs longer.
+
+    Raises:
+        RuntimeError: the child exited without a readable result line (killed for memory,
+            crashed) or was stopped at ``timeout``.
+    """
+    command = [sys.executable, "-m", module, "--worker", method, "--data", str(data_path)]
+    command += ["--config", json.dumps(dataclasses.asdict(config))]
+    command += ["--checkpoint", str(checkpoint)] if checkpoint is not None else []
+    command += list(options)
+    limits: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+    result = protocol.run_worker(command, show_stderr=True, **limits)
+    if result.ok and result.row is not None:
+        return result.row
+    if result.status == "timeout":
+        raise RuntimeError(f"the worker was stopped after {timeout:.0f} s")
+    hint = " (killed: out of memory?)" if result.oom else ""
+    if result.status == "unreadable":
+        raise RuntimeError(f"the worker printed an unreadable result line: {result.problem}{hint}")
+    raise RuntimeError(f"the worker exited with status {result.returncode}{hint}")
+
+
 def run_worker(
     method: str, config: TfPrivacyConfig, data_path: Path, checkpoint: Path | None
 ) -> dict[str, Any]:
@@ -204,16 +241,7 @@ def run_worker(
         RuntimeError: the child exited without a readable result line (killed for memory,
             crashed).
     """
-    command = [sys.executable, "-m", MODULE, "--worker", method, "--data", str(data_path)]
-    command += ["--config", json.dumps(dataclasses.asdict(config))]
-    command += ["--checkpoint", str(checkpoint)] if checkpoint is not None else []
-    result = protocol.run_worker(command, show_stderr=True)
-    if result.ok and result.row is not None:
-        return result.row
-    hint = " (killed: out of memory?)" if result.oom else ""
-    if result.status == "unreadable":
-        raise RuntimeError(f"the worker printed an unreadable result line: {result.problem}{hint}")
-    raise RuntimeError(f"the worker exited with status {result.returncode}{hint}")
+    return run_module_worker(MODULE, method, config, data_path, checkpoint)
 
 
 def _version(package: str) -> str | None:

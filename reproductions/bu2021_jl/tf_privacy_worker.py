@@ -9,6 +9,12 @@ Adam or TF Privacy's DP-Adam, see the driver's docstring), and time warm-up and 
 The child prints what :func:`worker` returns as the one result line of :mod:`bench.protocol`
 (torch-free, like this module); its progress goes to stderr.
 Also the configuration both sides share (:class:`TfPrivacyConfig`, :data:`METHODS`).
+
+What does not depend on the TensorFlow version (the model builder :func:`build_model`, the
+lots and timing loop :func:`time_lots`, the resumable measurement :func:`measure_lots`, the
+machine description :func:`tensorflow_environment`) is also used by the dpcore TF timing
+(:mod:`~reproductions.bu2021_jl.dpcore_tf_worker`, TensorFlow >= 2.16 with Keras 3); only the
+optimizers and :func:`configure_tensorflow` are TF Privacy's (TensorFlow 2.15).
 TensorFlow is imported only inside functions.
 """
 
@@ -66,15 +72,15 @@ class TfPrivacyConfig:
 # ----------------------------------------------------------------------------- TensorFlow side
 
 
-def configure_tensorflow(threads: int) -> dict[str, Any]:
-    """Import TensorFlow with ``threads`` intra-/inter-op threads; versions and hardware.
+def tensorflow_environment(threads: int) -> dict[str, Any]:
+    """Import TensorFlow with ``threads`` intra-/inter-op threads; its versions and hardware.
 
     Must run before any TensorFlow operation (the thread pools are fixed at the first one).
+    Any TensorFlow 2 (2.15 with Keras 2, or >= 2.16 with Keras 3).
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import keras
     import tensorflow as tf
-    import tensorflow_privacy
 
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(threads)
@@ -85,8 +91,15 @@ def configure_tensorflow(threads: int) -> dict[str, Any]:
         "gpus": gpus,
         "tensorflow": tf.__version__,
         "keras": keras.__version__,
-        "tensorflow_privacy": tensorflow_privacy.__version__,
     }
+
+
+def configure_tensorflow(threads: int) -> dict[str, Any]:
+    """:func:`tensorflow_environment` and TF Privacy's version (its environment: TF 2.15)."""
+    environment = tensorflow_environment(threads)
+    import tensorflow_privacy
+
+    return {**environment, "tensorflow_privacy": tensorflow_privacy.__version__}
 
 
 def _proc(path: str, key: str) -> str | None:
@@ -106,8 +119,12 @@ def _cpu_name() -> str:
     return (_proc("/proc/cpuinfo", "model name") or platform.machine()) + ram
 
 
-def build_model(config: TfPrivacyConfig) -> Any:
-    """The tutorial's bidirectional LSTM (see :mod:`.tf_privacy_baseline`), built and seeded."""
+def build_model(config: Any) -> Any:
+    """The tutorial's bidirectional LSTM (see :mod:`.tf_privacy_baseline`), built and seeded.
+
+    ``config`` gives ``vocab_size``, ``sequence_length``, ``embedding_dim``, ``hidden_size``
+    and ``seed`` (a :class:`TfPrivacyConfig` or the dpcore TF timing's config).
+    """
     import tensorflow as tf
 
     tf.keras.utils.set_random_seed(config.seed)
@@ -141,40 +158,26 @@ def _optimizer(method: str, config: TfPrivacyConfig) -> Any:
     )
 
 
-def time_method(
-    method: str,
-    config: TfPrivacyConfig,
+def time_lots(
+    step: Callable[[Any, Any], Any],
+    config: Any,
     data: tuple[np.ndarray, np.ndarray],
     *,
     warmup: int,
     lots: int,
     on_lot: Callable[[float], None] | None = None,
 ) -> list[float]:
-    """Seconds of each of ``lots`` timed lots of ``method`` after ``warmup`` untimed ones.
+    """Seconds of each of ``lots`` timed calls of ``step(inputs, targets)`` after ``warmup``.
 
-    Lots are consecutive slices of one seeded permutation of the training set. Each timed lot
-    is one call of the compiled step, ended by reading the loss back (so the step has finished);
-    ``on_lot`` receives each lot's seconds as it is measured.
+    Lots are consecutive slices of ``config.lot_size`` reviews of one permutation of the
+    training set seeded by ``config.seed`` (the same lots for every method); targets are a
+    float32 column. Each timed lot is one call of the compiled step, ended by reading its
+    returned loss back (so the step has finished); ``on_lot`` receives each lot's seconds as
+    it is measured. Any TensorFlow 2.
     """
     import tensorflow as tf
 
     x, y = data
-    model = build_model(config)
-    optimizer = _optimizer(method, config)
-    private = method in DP_METHODS
-    loss_fn = tf.keras.losses.BinaryCrossentropy(
-        from_logits=True,
-        reduction=tf.keras.losses.Reduction.NONE if private else tf.keras.losses.Reduction.AUTO,
-    )
-
-    @tf.function
-    def step(inputs: Any, targets: Any) -> Any:
-        with tf.GradientTape() as tape:
-            loss = loss_fn(targets, model(inputs, training=True))
-        # TF Privacy needs the vector of per-example losses and the tape.
-        optimizer.minimize(loss, model.trainable_variables, tape=tape)
-        return tf.reduce_mean(loss)
-
     order = np.random.default_rng(config.seed).permutation(len(x))
     per_epoch = len(x) // config.lot_size
     seconds: list[float] = []
@@ -192,6 +195,38 @@ def time_method(
     return seconds
 
 
+def time_method(
+    method: str,
+    config: TfPrivacyConfig,
+    data: tuple[np.ndarray, np.ndarray],
+    *,
+    warmup: int,
+    lots: int,
+    on_lot: Callable[[float], None] | None = None,
+) -> list[float]:
+    """Seconds of each of ``lots`` timed lots of ``method`` after ``warmup`` untimed ones
+    (:func:`time_lots` of a ``tf.function`` step with the method's optimizer)."""
+    import tensorflow as tf
+
+    model = build_model(config)
+    optimizer = _optimizer(method, config)
+    private = method in DP_METHODS
+    loss_fn = tf.keras.losses.BinaryCrossentropy(
+        from_logits=True,
+        reduction=tf.keras.losses.Reduction.NONE if private else tf.keras.losses.Reduction.AUTO,
+    )
+
+    @tf.function
+    def step(inputs: Any, targets: Any) -> Any:
+        with tf.GradientTape() as tape:
+            loss = loss_fn(targets, model(inputs, training=True))
+        # TF Privacy needs the vector of per-example losses and the tape.
+        optimizer.minimize(loss, model.trainable_variables, tape=tape)
+        return tf.reduce_mean(loss)
+
+    return time_lots(step, config, data, warmup=warmup, lots=lots, on_lot=on_lot)
+
+
 # ----------------------------------------------------------------------------- worker side
 
 
@@ -205,6 +240,41 @@ def _stored(path: Path | None) -> list[float]:
     return [float(seconds) for seconds in json.loads(path.read_text())["step_seconds"]]
 
 
+def measure_lots(
+    label: str,
+    timer: Callable[..., list[float]],
+    *,
+    warmup: int,
+    wanted: int,
+    checkpoint: Path | None,
+) -> list[float]:
+    """``wanted`` timed lots, resuming ``checkpoint``: ``timer(warmup=, lots=, on_lot=)`` times
+    the missing ones (after ``warmup`` untimed lots), each saved to ``checkpoint`` as it comes.
+
+    A progress bar named ``label`` goes to stderr (a worker's stdout carries its result line).
+    """
+    from tqdm import tqdm
+
+    done = _stored(checkpoint)[:wanted]
+    if len(done) >= wanted:
+        return done
+    bar = tqdm(total=wanted, initial=len(done), desc=label, unit="lot")
+
+    def record(seconds: float) -> None:
+        done.append(seconds)
+        bar.update(1)
+        bar.set_postfix_str(f"{seconds:.2f} s")
+        if checkpoint is not None:
+            atomic_write_text(
+                checkpoint, json.dumps({"method": label, "step_seconds": done}) + "\n"
+            )
+
+    bar.write(f"{label}: {warmup} warm-up lot(s), then {wanted - len(done)} timed", sys.stderr)
+    timer(warmup=warmup, lots=wanted - len(done), on_lot=record)
+    bar.close()
+    return done
+
+
 def measure(
     method: str,
     config: TfPrivacyConfig,
@@ -213,31 +283,15 @@ def measure(
     timer: Callable[..., list[float]] | None = None,
 ) -> list[float]:
     """Timed lots of one method (``timer``: :func:`time_method`), resuming ``checkpoint``."""
-    from tqdm import tqdm
+    time_it = timer or time_method
 
-    wanted = _wanted(method, config)
-    done = _stored(checkpoint)[:wanted]
-    if len(done) >= wanted:
-        return done
-    bar = tqdm(total=wanted, initial=len(done), desc=method, unit="lot")
-
-    def record(seconds: float) -> None:
-        done.append(seconds)
-        bar.update(1)
-        bar.set_postfix_str(f"{seconds:.2f} s")
-        if checkpoint is not None:
-            atomic_write_text(
-                checkpoint, json.dumps({"method": method, "step_seconds": done}) + "\n"
-            )
+    def timed(**lots: Any) -> list[float]:
+        return time_it(method, config, data, **lots)
 
     warmup = config.dp_warmup if method in DP_METHODS else config.nonprivate_warmup
-    # stderr, like the bar: a worker's stdout carries its result line
-    bar.write(f"{method}: {warmup} warm-up lot(s), then {wanted - len(done)} timed", sys.stderr)
-    (timer or time_method)(
-        method, config, data, warmup=warmup, lots=wanted - len(done), on_lot=record
+    return measure_lots(
+        method, timed, warmup=warmup, wanted=_wanted(method, config), checkpoint=checkpoint
     )
-    bar.close()
-    return done
 
 
 def _peak_rss_mb() -> float | None:
