@@ -299,7 +299,8 @@ class GhostCapture:
         sums: dict[int, tf.Tensor] = {}
         for kind, layer, operands in prepared:
             if kind == "lstm":
-                sums.update(lstm_sums(layer, *operands, factors))
+                x, h, g = operands
+                sums.update(lstm_sums(layer, x, h, g, factors))
             else:
                 sums.update(layer_sums(kind, layer, operands[0], operands[1], factors))
         return norms, factors, ordered(sums, weights)
