@@ -40,6 +40,20 @@ def restore_seeds(model: keras.Model, states: list[tf.Tensor]) -> None:
         generator.state.assign(state)
 
 
+def _projection(
+    losses_of: Callable[[], tf.Tensor],
+    variables: list[tf.Variable],
+    directions: NormalSource,
+    before_pass: Callable[[], None],
+) -> tf.Tensor:
+    """One forward-mode pass: ``<g_i, v>`` for every example i, v ~ N(0, I), shape (B,)."""
+    tangents = [directions.standard_normal(tf.shape(v), v.dtype) for v in variables]
+    before_pass()
+    with tf.autodiff.ForwardAccumulator(variables, tangents) as accumulator:
+        losses = losses_of()
+    return accumulator.jvp(losses, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+
+
 def jl_projections(
     losses_of: Callable[[], tf.Tensor],
     weights: list[keras.Variable],
@@ -58,16 +72,9 @@ def jl_projections(
         before_pass: called before each pass (restores the seed generators).
     """
     variables = [w.value for w in weights]
-    projections = []
-    for _ in range(dimension):
-        tangents = [directions.standard_normal(tf.shape(v), v.dtype) for v in variables]
-        before_pass()
-        with tf.autodiff.ForwardAccumulator(variables, tangents) as accumulator:
-            losses = losses_of()
-        projections.append(
-            accumulator.jvp(losses, unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        )
-    return tf.stack(projections)
+    return tf.stack(
+        [_projection(losses_of, variables, directions, before_pass) for _ in range(dimension)]
+    )
 
 
 def jl_squared_norms(
@@ -86,12 +93,7 @@ def jl_squared_norms(
     variables = [w.value for w in weights]
 
     def one_pass() -> tf.Tensor:
-        tangents = [directions.standard_normal(tf.shape(v), v.dtype) for v in variables]
-        before_pass()
-        with tf.autodiff.ForwardAccumulator(variables, tangents) as accumulator:
-            losses = losses_of()
-        jvp = accumulator.jvp(losses, unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        return jvp**2
+        return _projection(losses_of, variables, directions, before_pass) ** 2
 
     first = one_pass()
     _, total = tf.while_loop(

@@ -11,12 +11,29 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["MODELS", "build", "loop_reference", "lot", "sparse_loss"]
+__all__ = ["MODELS", "build", "loop_reference", "lot", "sparse_loss", "tf_privacy_cnn"]
 
 
 def sparse_loss(dtype: str = "float64") -> keras.losses.Loss:
     """Keras losses compute in their own dtype (float32 by default): give the model's."""
     return keras.losses.SparseCategoricalCrossentropy(from_logits=True, dtype=dtype)
+
+
+def tf_privacy_cnn(hidden: int = 32) -> keras.Model:
+    """The TF Privacy tutorial CNN in Keras (26,010 parameters at ``hidden = 32``), as
+    :func:`dpcore.torch.models.tf_privacy_mnist_cnn` on NHWC images."""
+    return keras.Sequential(
+        [
+            keras.Input((28, 28, 1)),
+            keras.layers.Conv2D(16, 8, strides=2, padding="same", activation="relu"),
+            keras.layers.MaxPooling2D(2, strides=1),
+            keras.layers.Conv2D(32, 4, strides=2, activation="relu"),
+            keras.layers.MaxPooling2D(2, strides=1),
+            keras.layers.Flatten(),
+            keras.layers.Dense(hidden, activation="relu"),
+            keras.layers.Dense(10),
+        ]
+    )
 
 
 def _mlp(dtype: str) -> keras.Model:

@@ -23,6 +23,7 @@ from torch import nn
 from dpcore.tf.clipping import Clipper
 from dpcore.torch.engines import make_engine
 from dpcore.torch.models import imdb_lstm, tf_privacy_mnist_cnn
+from tests.tf.models import tf_privacy_cnn
 
 RTOL = 1e-5
 
@@ -47,18 +48,7 @@ def _mlp() -> tuple[nn.Module, keras.Model, list[Callable[[np.ndarray], np.ndarr
 def _cnn() -> tuple[nn.Module, keras.Model, list[Callable[[np.ndarray], np.ndarray]], dict]:
     torch.manual_seed(0)
     net = tf_privacy_mnist_cnn(hidden=8)
-    model = keras.Sequential(
-        [
-            keras.Input((28, 28, 1)),
-            keras.layers.Conv2D(16, 8, strides=2, padding="same", activation="relu"),
-            keras.layers.MaxPooling2D(2, strides=1),
-            keras.layers.Conv2D(32, 4, strides=2, activation="relu"),
-            keras.layers.MaxPooling2D(2, strides=1),
-            keras.layers.Flatten(),
-            keras.layers.Dense(8, activation="relu"),
-            keras.layers.Dense(10),
-        ]
-    )
+    model = tf_privacy_cnn(hidden=8)
 
     def conv(w: np.ndarray) -> np.ndarray:
         return np.transpose(w, (2, 3, 1, 0))

@@ -19,28 +19,14 @@ from dpcore.tf import DPModel, PoissonLots
 from dpcore.torch.models import tf_privacy_mnist_cnn
 from dpcore.torch.samplers import PoissonSampler
 from dpcore.torch.training import DPTrainer
+from tests.tf.models import tf_privacy_cnn
 
 SIGMA, CLIP, LOT, LR, EPOCHS = 1.1, 1.0, 250, 0.15, 3
 
 
-def _keras_cnn() -> keras.Model:
-    return keras.Sequential(
-        [
-            keras.Input((28, 28, 1)),
-            keras.layers.Conv2D(16, 8, strides=2, padding="same", activation="relu"),
-            keras.layers.MaxPooling2D(2, strides=1),
-            keras.layers.Conv2D(32, 4, strides=2, activation="relu"),
-            keras.layers.MaxPooling2D(2, strides=1),
-            keras.layers.Flatten(),
-            keras.layers.Dense(32, activation="relu"),
-            keras.layers.Dense(10),
-        ]
-    )
-
-
 def _tensorflow_accuracy(train: tuple, test: tuple) -> float:
     keras.utils.set_random_seed(0)
-    model = DPModel(_keras_cnn(), max_grad_norm=CLIP, noise_multiplier=SIGMA, seed=0)
+    model = DPModel(tf_privacy_cnn(), max_grad_norm=CLIP, noise_multiplier=SIGMA, seed=0)
     model.compile(
         optimizer=keras.optimizers.SGD(LR),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
