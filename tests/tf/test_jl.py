@@ -126,16 +126,11 @@ def test_dropout_sees_the_same_mask_in_projections_and_clipped_pass() -> None:
     assert not np.allclose(other.numpy(), losses.numpy())
 
 
-def test_jl_clipping_of_an_lstm_in_eager_and_graph_mode() -> None:
-    """Forward mode through Keras's recurrent layers needs them unrolled (done while clipping)."""
+def test_jl_clipping_of_an_lstm_in_graph_mode_equals_eager_mode() -> None:
+    """Forward mode through Keras's recurrent layers needs them unrolled (done while clipping);
+    that each LSTM projection is exactly <g, v> is checked above."""
     model = build("lstm")
     x, y = lot("lstm", 5)
-    exact = Clipper(model, sparse_loss(), 0.5)(x, y, training=False).norms.numpy()
-    wide = Clipper(
-        model, sparse_loss(), 0.5, method="jl", jl_dimension=60, directions=SeededNormals(2)
-    )
-    # relative sd of the squared norm sqrt(2/60) = 0.18, of the norm about 0.09: 0.6 is > 6 sd
-    np.testing.assert_allclose(wide(x, y, training=False).norms.numpy(), exact, rtol=0.6)
     eager, graph = (
         Clipper(model, sparse_loss(), 0.5, method="jl", jl_dimension=2, directions=SeededNormals(4))
         for _ in range(2)
