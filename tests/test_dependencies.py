@@ -37,14 +37,24 @@ def test_every_dpcore_module_imports_without_optional_packages() -> None:
 
 
 def test_each_framework_backend_imports_without_the_other() -> None:
-    """dpcore.tf never needs torch and dpcore.torch never needs TensorFlow."""
+    """dpcore.tf never needs torch and dpcore.torch never needs TensorFlow.
+
+    The other framework is made unimportable by a finder that raises ImportError (not by a None
+    in ``sys.modules``, which third-party probes such as SciPy's array-API check trip over).
+    """
     for blocked, package in (("torch", "dpcore.tf"), ("tensorflow", "dpcore.torch")):
         program = f"""
-import importlib, pkgutil, sys
-sys.modules[{blocked!r}] = None
+import importlib, importlib.abc, pkgutil, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == {blocked!r} or name.startswith({blocked + "."!r}):
+            raise ImportError(name + " is blocked")
+        return None
+sys.meta_path.insert(0, Block())
 import {package} as package
 for module in pkgutil.walk_packages(package.__path__, {package + "."!r}):
     importlib.import_module(module.name)
+assert {blocked!r} not in sys.modules
 print("ok")
 """
         completed = subprocess.run(
