@@ -5,8 +5,9 @@ at small cost", §3): once the clip factors c_i are known, each covered layer's 
 sum is ``sum_i c_i A_i^T G_i = A^T (c * G)`` from the inputs A and output gradients G that the
 norms already used, so the weights' gradients need no second pass through the network:
 
-- Dense: kernel ``A^T (c G)`` over all positions, bias ``sum c G``;
-- Conv1D/2D: the same with A = the input patches, reshaped to the kernel's shape;
+- Dense: kernel ``A^T (c G)`` over all positions (or ``sum_i c_i A_i^T G_i`` where the norm
+  already materialised the per-example kernels), bias ``sum c G``;
+- Conv1D/2D: the same with A = the input patches, put in the kernel's layout;
 - Embedding: the rows of ``c G`` summed by token id;
 - LayerNormalization: gamma ``sum c G x_hat``, beta ``sum c G`` over everything but the
   normalised axes;
@@ -20,6 +21,8 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from dpcore.tf.ghost import kernel_layout
+
 __all__ = ["layer_sums", "lstm_sums"]
 
 
@@ -32,17 +35,34 @@ def _flat(tensor: tf.Tensor) -> tf.Tensor:
     return tf.reshape(tensor, [-1, tf.shape(tensor)[-1]])
 
 
+def _kernel_sum(
+    a: tf.Tensor, cg: tf.Tensor, factors: tf.Tensor, per_example: tf.Tensor | None
+) -> tf.Tensor:
+    """``sum_i c_i A_i^T G_i``: from the materialised (B, d, p) kernels if the norm made them."""
+    if per_example is not None:
+        return tf.tensordot(tf.cast(factors, per_example.dtype), per_example, axes=1)
+    return tf.matmul(_flat(a), _flat(cg), transpose_a=True)
+
+
 def layer_sums(
-    kind: str, layer: keras.layers.Layer, a: tf.Tensor, g: tf.Tensor, factors: tf.Tensor
+    kind: str,
+    layer: keras.layers.Layer,
+    a: tf.Tensor,
+    g: tf.Tensor,
+    factors: tf.Tensor,
+    per_example: tf.Tensor | None = None,
 ) -> dict[int, tf.Tensor]:
     """``{id(weight): clipped sum}`` for one non-recurrent layer.
 
     ``a`` is what the norm used as the layer's input: (B, T, d) for Dense, the patches for
-    Conv, the token ids for Embedding, ``x_hat`` for LayerNormalization.
+    Conv, the token ids for Embedding, ``x_hat`` for LayerNormalization; ``per_example``: the
+    per-example kernel gradients if the norm materialised them.
     """
     cg = _scaled(g, factors)
     if kind in ("dense", "conv"):
-        kernel = tf.matmul(_flat(a), _flat(cg), transpose_a=True)
+        kernel = _kernel_sum(a, cg, factors, per_example)
+        if kind == "conv":
+            kernel = kernel_layout(layer, kernel)
         sums = {id(layer.kernel): tf.reshape(kernel, layer.kernel.shape)}
         if getattr(layer, "bias", None) is not None:
             sums[id(layer.bias)] = tf.reduce_sum(_flat(cg), axis=0)
@@ -64,13 +84,19 @@ def layer_sums(
 
 
 def lstm_sums(
-    cell: keras.layers.Layer, x: tf.Tensor, h: tf.Tensor, g: tf.Tensor, factors: tf.Tensor
+    cell: keras.layers.Layer,
+    x: tf.Tensor,
+    h: tf.Tensor,
+    g: tf.Tensor,
+    factors: tf.Tensor,
+    per_example: tuple[tf.Tensor | None, ...] = (None, None),
 ) -> dict[int, tf.Tensor]:
-    """``{id(weight): clipped sum}`` of an LSTM cell from (B, T, .) inputs, states and deltas."""
+    """``{id(weight): clipped sum}`` of an LSTM cell from (B, T, .) inputs, states and deltas
+    (``per_example``: the kernel's and the recurrent kernel's, if the norm materialised them)."""
     cg = _scaled(g, factors)
     sums = {
-        id(cell.kernel): tf.matmul(_flat(x), _flat(cg), transpose_a=True),
-        id(cell.recurrent_kernel): tf.matmul(_flat(h), _flat(cg), transpose_a=True),
+        id(cell.kernel): _kernel_sum(x, cg, factors, per_example[0]),
+        id(cell.recurrent_kernel): _kernel_sum(h, cg, factors, per_example[1]),
     }
     if cell.use_bias:
         sums[id(cell.bias)] = tf.reduce_sum(_flat(cg), axis=0)

@@ -65,7 +65,9 @@ def _text(dtype: str) -> keras.Model:
         [
             keras.Input((6,), dtype="int32"),
             keras.layers.Embedding(10, 4, dtype=dtype),
-            keras.layers.Conv1D(3, 2, padding="same", activation="relu", dtype=dtype),
+            keras.layers.Conv1D(
+                3, 3, padding="same", dilation_rate=2, activation="relu", dtype=dtype
+            ),
             keras.layers.Dense(5, dtype=dtype),
             keras.layers.GlobalAveragePooling1D(dtype=dtype),
             keras.layers.Dense(3, dtype=dtype),

@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from dpcore.errors import IncompatibleModelError, InvalidParameterError
+from dpcore.tf import ghost
 from dpcore.tf.clipping import Clipper
 from tests.tf.models import MODELS, build, loop_reference, lot, sparse_loss
 
@@ -41,6 +42,21 @@ def test_auto_clipping_equals_the_one_example_loop(name: str, size: int) -> None
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_jacobian_clipping_equals_the_one_example_loop(name: str) -> None:
     _check(name, "jacobian", 5)
+
+
+@pytest.mark.parametrize("name", [name for name in sorted(MODELS) if MODELS[name][3]])
+@pytest.mark.parametrize("policy", ["gram", "materialised"])
+def test_both_ghost_norm_forms_equal_the_one_example_loop(
+    name: str, policy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each layer's norm and sum, from Gram matrices or from materialised per-example kernels
+    (the size rule picks one per layer; here every layer is forced to one form)."""
+
+    def forced(a: tf.Tensor, g: tf.Tensor) -> tf.Tensor | None:
+        return None if policy == "gram" else tf.einsum("btd,btp->bdp", a, g)
+
+    monkeypatch.setattr(ghost, "per_example_kernel", forced)
+    _check(name, "ghost", 6)
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
