@@ -7,7 +7,7 @@ norms already used, so the weights' gradients need no second pass through the ne
 
 - Dense: kernel ``A^T (c G)`` over all positions (or ``sum_i c_i A_i^T G_i`` where the norm
   already materialised the per-example kernels), bias ``sum c G``;
-- Conv1D/2D: the same with A = the input patches, put in the kernel's layout;
+- Conv1D/2D: the same with A = the input patches, reshaped to the kernel's shape;
 - Embedding: the rows of ``c G`` summed by token id;
 - LayerNormalization: gamma ``sum c G x_hat``, beta ``sum c G`` over everything but the
   normalised axes;
@@ -20,8 +20,6 @@ from typing import Any
 
 import keras
 import tensorflow as tf
-
-from dpcore.tf.ghost import kernel_layout
 
 __all__ = ["layer_sums", "lstm_sums"]
 
@@ -61,8 +59,6 @@ def layer_sums(
     cg = _scaled(g, factors)
     if kind in ("dense", "conv"):
         kernel = _kernel_sum(a, cg, factors, per_example)
-        if kind == "conv":
-            kernel = kernel_layout(layer, kernel)
         sums = {id(layer.kernel): tf.reshape(kernel, layer.kernel.shape)}
         if getattr(layer, "bias", None) is not None:
             sums[id(layer.bias)] = tf.reduce_sum(_flat(cg), axis=0)
