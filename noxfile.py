@@ -44,7 +44,15 @@ TEST_EXTRAS = "[torch,tf,plot,progress]"
 def tests(session: nox.Session) -> None:
     """Run the default test suite (doctests included, slow tests excluded)."""
     _install(session, "test", extras=TEST_EXTRAS)
-    session.run("pytest", "dpcore", "tests", "-m", "not slow and not cuda", *session.posargs)
+    session.run(
+        "pytest",
+        "dpcore",
+        "tests",
+        "-m",
+        "not slow and not cuda",
+        "--durations=30",
+        *session.posargs,
+    )
 
 
 @nox.session
