@@ -313,20 +313,34 @@ def _timed(step: Callable[[], object], cuda: bool) -> float:
     return time.perf_counter() - start
 
 
-def timed_count(warmup_seconds: Sequence[float], steps: int, budget: float | None) -> int:
+def timed_count(
+    warmup_seconds: Sequence[float],
+    steps: int,
+    budget: float | None,
+    min_seconds: float | None = None,
+    most: int = 2000,
+) -> int:
     """How many steps to time: ``steps``, or with a ``budget`` (seconds) ``clamp(budget // last
     warm-up step, 1, steps)`` (so a slow method costs a bounded time; ``steps`` without a
-    warm-up step).
+    warm-up step). With ``min_seconds``, fast steps are timed for about that long instead
+    (``min_seconds // last warm-up step``, at most ``most``), so that a median of
+    millisecond steps rests on enough of them.
 
     Example:
         >>> timed_count([9.0, 2.5], 3, 6.0), timed_count([0.1], 3, 6.0), timed_count([], 3, 6.0)
         (2, 3, 3)
         >>> timed_count([50.0], 10, 6.0), timed_count([50.0], 10, None)
         (1, 10)
+        >>> timed_count([0.25], 10, None, min_seconds=5.0), timed_count([6.0], 10, None, 5.0)
+        (20, 10)
     """
     if budget is None or not warmup_seconds:
-        return steps
-    return max(1, min(steps, int(budget // max(warmup_seconds[-1], 1e-9))))
+        count = steps
+    else:
+        count = max(1, min(steps, int(budget // max(warmup_seconds[-1], 1e-9))))
+    if min_seconds is not None and warmup_seconds:
+        count = max(count, min(most, int(min_seconds // max(warmup_seconds[-1], 1e-9))))
+    return count
 
 
 def measure_steps(

@@ -25,7 +25,8 @@ Every (model, method) cell runs in its own process (``python -m bench.tf_trainin
 started by :func:`bench.cells.run_timing`), with ``threads`` TensorFlow intra- and inter-op
 threads (default: every core, as the TF Privacy baseline). Warm-up steps (the first traces the
 step) are not timed; ``step_seconds`` is the median of the timed steps (the quick profile times
-fewer for slow cells: :func:`bench.cells.timed_count`). ``ratio_to_nonprivate`` divides by the
+fewer for slow cells, the full one times fast cells for at least :data:`FULL_MIN_SECONDS`:
+:func:`bench.cells.timed_count`). ``ratio_to_nonprivate`` divides by the
 ``nonprivate`` row of the same model in the same run.
 
 Peer (``imdb_lstm`` only): TF Privacy cannot run here (it needs TensorFlow 2.15), so its
@@ -66,6 +67,7 @@ from bench.training import Profile
 
 __all__ = [
     "FULL",
+    "FULL_MIN_SECONDS",
     "JL_DIMENSIONS",
     "METHODS",
     "MODELS",
@@ -100,6 +102,10 @@ FULL: Profile = {"warmup": 2, "steps": 10, "budget": None, "timeout": 1800}
 QUICK: Profile = {"warmup": 2, "steps": 3, "budget": 6.0, "timeout": 600}
 """Two warm-up steps in both: the first traces the ``tf.function``, so the budget of the quick
 profile is estimated from the second (see :func:`bench.cells.timed_count`)."""
+
+#: The full profile times fast cells for about this many seconds (at least ``steps`` steps):
+#: a millisecond CNN step varies by tens of percent from one step to the next on a shared CPU.
+FULL_MIN_SECONDS = 10.0
 
 
 def cells(*, quick: bool, models: tuple[str, ...] = MODELS) -> list[Cell]:
@@ -199,9 +205,10 @@ def measure(
     steps: int,
     budget: float | None,
     batch_size: int = BATCH_SIZE,
+    min_seconds: float | None = None,
 ) -> dict[str, Any]:
     """Time ``cell`` here on a lot of ``batch_size``: ``warmup`` untimed steps, then the median
-    of the timed ones.
+    of the timed ones (how many: :func:`bench.cells.timed_count`).
 
     An exception is recorded in the row's ``error`` (one line), not raised.
     """
@@ -232,7 +239,7 @@ def measure(
             return time.perf_counter() - start
 
         warm = [timed() for _ in range(warmup)]
-        count = timed_count(warm, steps, budget)
+        count = timed_count(warm, steps, budget, min_seconds)
         times = [timed() for _ in range(count)]
         row.update(
             step_seconds=statistics.median(times),
@@ -249,12 +256,14 @@ def measure(
 
 def timing_worker(argv: Sequence[str]) -> int:
     """``python -m bench.tf_training --worker CELL --warmup N --steps N [--budget S]
-    [--threads N] [--batch-size N]``: :func:`measure` here, then its row as the result line."""
+    [--threads N] [--batch-size N] [--min-seconds S]``: :func:`measure` here, then its row as the
+    result line."""
     parser = _worker_parser(MODULE)
     parser.add_argument("--warmup", type=int, required=True)
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--budget", type=float, default=None)
     parser.add_argument("--batch-size", type=int, default=BATCH_SIZE)
+    parser.add_argument("--min-seconds", type=float, default=None)
     args = parser.parse_args(list(argv))
     if args.device != "cpu":
         parser.error("--device: cpu only (the tf extra installs tensorflow-cpu)")
@@ -266,6 +275,7 @@ def timing_worker(argv: Sequence[str]) -> int:
         steps=args.steps,
         budget=args.budget,
         batch_size=args.batch_size,
+        min_seconds=args.min_seconds,
     )
     emit_result(row)
     return 0
@@ -401,6 +411,7 @@ def run(
             steps=config["steps"],
             budget=config["budget"],
             batch_size=batch_size,
+            min_seconds=None if quick else FULL_MIN_SECONDS,
         )
         measured = dict(result.row or {}) if result.ok else {"error": result.error}
         environment = measured.pop("environment", None) or environment
@@ -491,6 +502,7 @@ def _save(
             "warmup_steps": config["warmup"],
             "timed_steps": config["steps"],
             "timed_seconds_budget_per_cell": config["budget"],
+            "timed_seconds_at_least": None if quick else FULL_MIN_SECONDS,
             "statistic": "median",
             "jl_dimensions": {
                 m: list(QUICK_JL_DIMENSIONS[m] if quick else JL_DIMENSIONS) for m in models

@@ -181,8 +181,9 @@ def test_worker_command_line(
     flags = ["--warmup=2", "--steps=3", "--budget=6.0", "--threads=2", "--batch-size=16"]
     assert tf_training.timing_worker(["--worker", cell.to_json(), *flags]) == 0
     assert protocol.find_result(capsys.readouterr().out) == {"step_seconds": 0.5, "error": None}
-    assert seen == [
-        (cell, {"threads": 2, "warmup": 2, "steps": 3, "budget": 6.0, "batch_size": 16})
-    ]
+    options = {"threads": 2, "warmup": 2, "steps": 3, "budget": 6.0, "batch_size": 16}
+    assert seen == [(cell, {**options, "min_seconds": None})]
+    tf_training.timing_worker(["--worker", cell.to_json(), *flags, "--min-seconds=10"])
+    assert seen[-1] == (cell, {**options, "min_seconds": 10.0})
     with pytest.raises(SystemExit):
         tf_training.timing_worker(["--worker", cell.to_json(), "--device=cuda", *flags])
