@@ -99,6 +99,8 @@ def run(results_dir: Path, *, quick: bool = False) -> list[dict[str, Any]]:
     for row in rows:
         row["step_time_vs_one_process"] = row["step_s"] / single
     hardware = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, CPU"
+    # the commit before the rows file changes: a tracked results file would read as "-dirty"
+    meta = provenance(root=results_dir.parents[1], benchmark="distributed", quick=quick)
     results_dir.mkdir(parents=True, exist_ok=True)
     (results_dir / "distributed.json").write_text(
         json.dumps(
@@ -113,6 +115,5 @@ def run(results_dir: Path, *, quick: bool = False) -> list[dict[str, Any]]:
         )
         + "\n"
     )
-    meta = provenance(root=results_dir.parents[1], benchmark="distributed", quick=quick)
     (results_dir / "distributed.meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     return rows

@@ -391,9 +391,12 @@ def run(
     unknown = sorted(set(models) - set(MODELS))
     if unknown:
         raise ValueError(f"unknown model(s) {unknown}; expected names in {MODELS}")
+    from dpcore.provenance import git_commit
+
     threads = threads or os.cpu_count() or 1
     config = QUICK if quick else FULL
     peer = read_peer(peer_file)
+    commit = git_commit(ROOT)  # before the first save changes the tracked results
     started = time.perf_counter()
     environment: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
@@ -440,6 +443,7 @@ def run(
             peer=peer,
             wall_seconds=time.perf_counter() - started,
             cells_total=len(todo),
+            commit=commit,
         )
     return rows
 
@@ -448,6 +452,7 @@ def _save(
     results_dir: Path,
     rows: list[dict[str, Any]],
     *,
+    commit: str,
     quick: bool,
     threads: int,
     batch_size: int,
@@ -473,6 +478,7 @@ def _save(
     )
     meta = provenance(
         root=ROOT,
+        commit=commit,
         benchmark="tf_training",
         tensorflow=environment.get("tensorflow") or _version("tensorflow", "tensorflow-cpu"),
         keras=environment.get("keras") or _version("keras"),

@@ -183,7 +183,10 @@ def run(
     unknown = sorted(set(models) - set(MODELS))
     if unknown:
         raise ValueError(f"unknown model(s) {unknown}; expected names in {MODELS}")
+    from dpcore.provenance import git_commit
+
     config = QUICK if quick else FULL
+    commit = git_commit(ROOT)  # before the first save changes the tracked results
     started = time.perf_counter()
     rows: list[dict[str, Any]] = []
     todo = cells(quick=quick, models=models)
@@ -222,6 +225,7 @@ def run(
             models=models,
             wall_seconds=time.perf_counter() - started,
             cells_total=len(todo),
+            commit=commit,
         )
     return rows
 
@@ -230,6 +234,7 @@ def _save(
     results_dir: Path,
     rows: list[dict[str, Any]],
     *,
+    commit: str,
     quick: bool,
     device: str,
     threads: int,
@@ -258,6 +263,7 @@ def _save(
     (results_dir / "training.json").write_text(json.dumps(rows, indent=2) + "\n")
     meta = provenance(
         root=ROOT,
+        commit=commit,
         benchmark="training",
         torch=torch.__version__,
         opacus=opacus_version(),

@@ -187,9 +187,7 @@ def run(
             if summary["ratio_to_nonprivate"] is None
             else summary["ratio_to_nonprivate"] >= 0.5
         )
-    results_dir.mkdir(parents=True, exist_ok=True)
-    (results_dir / "training_memory.json").write_text(json.dumps(rows, indent=2) + "\n")
-    meta = provenance(
+    meta = provenance(  # before the rows file: its commit must not see that file changed
         root=ROOT,
         benchmark="training_memory",
         torch=torch.__version__,
@@ -224,6 +222,8 @@ def run(
             "example on the fly; largest_logical_lot is the largest that stayed under the cap.",
         ],
     )
+    results_dir.mkdir(parents=True, exist_ok=True)
+    (results_dir / "training_memory.json").write_text(json.dumps(rows, indent=2) + "\n")
     (results_dir / "training_memory.meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     return rows
 

@@ -14,6 +14,7 @@ import pytest
 from bench import __main__ as bench_main
 from bench import protocol, tf_training
 from bench.cells import Cell
+from dpcore import provenance
 
 #: Seconds per step the fake workers report, by (model, method).
 FAKE = {
@@ -126,6 +127,9 @@ def test_results_are_saved_after_every_cell_with_the_peers_origin(
     monkeypatch.setattr(
         tf_training, "QUICK_JL_DIMENSIONS", {"mnist_cnn": (1,), "imdb_lstm": (1, 5)}
     )
+    # the checkout reads as changed once the first save rewrote tracked results
+    commits = iter(["abc123", *["abc123-dirty"] * 20])
+    monkeypatch.setattr(provenance, "git_commit", lambda root=None: next(commits))
     peer = _peer_file(tmp_path)
     with pytest.raises(KeyboardInterrupt):
         tf_training.run(tmp_path / "results", quick=True, threads=2, peer_file=peer)
@@ -143,6 +147,7 @@ def test_results_are_saved_after_every_cell_with_the_peers_origin(
     assert lstm[-1]["step_seconds"] is None and lstm[-1]["ratio_to_nonprivate"] is None
     assert "environment" not in rows[0]
     assert (meta["cells_measured"], meta["cells_total"]) == (6, 7)
+    assert meta["commit"] == "abc123"  # the commit the run started from
     assert meta["tensorflow"] == "2.21.0" and meta["hardware"] == "CPU T"
     assert meta["peer"]["hardware"] == "CPU Z, 2 TensorFlow thread(s) of 2 cores"
     note = next(note for note in meta["notes"] if note.startswith("peer_"))
