@@ -65,6 +65,11 @@ class PoissonLots:
     Each lot of an array source costs O(N) draws and a gather; each lot of a ``tf.data`` source
     is one pass over it (every record is visited to decide its inclusion).
 
+    ``lots_drawn`` counts every lot drawn, including lots that Keras prefetched but did not train
+    on when ``fit`` stopped; the steps that ran are the ledger's (``DPModel.ledger.steps``). A
+    drawn but unused lot changes nothing for privacy: every lot is an independent Poisson
+    sample, and only the lots a step used reach the model.
+
     Example:
         >>> import numpy as np
         >>> lots = PoissonLots(np.arange(1000.0), expected_lot_size=10, seed=0)
