@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import io
 import json
 from collections.abc import Sequence
@@ -17,12 +18,20 @@ from typing import Any
 
 from dpcore.atomic import atomic_write_text
 from dpcore.errors import InvalidParameterError
-from dpcore.provenance import provenance
+from dpcore.provenance import git_commit, provenance
 from reproductions.common import code_fingerprint
 
-__all__ = ["ROOT", "Output"]
+__all__ = ["ROOT", "Output", "run_commit"]
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@functools.cache
+def run_commit() -> str:
+    """The checkout's commit (``-dirty`` if tracked files differed) when this process first saved
+    results: later saves of the same run rewrite tracked files under figures/, which must not
+    make their own records read as ``-dirty``."""
+    return git_commit(ROOT)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +98,7 @@ class Output:
         """Write ``<stem>.json`` (config, provenance, extra, rows) and ``<stem>.csv``."""
         payload = {
             "config": dataclasses.asdict(config) if dataclasses.is_dataclass(config) else config,
-            **provenance(root=ROOT, **(extra or {})),
+            **provenance(root=ROOT, commit=run_commit(), **(extra or {})),
             "rows": list(rows),
         }
         path = self.path(f"{stem}.json")

@@ -160,6 +160,24 @@ def test_output_writes_json_and_csv_with_every_column(tmp_path: Path) -> None:
     assert "commit" in json.loads((tmp_path / "figures" / "x.json").read_text())
 
 
+def test_every_save_of_a_run_records_the_commit_it_started_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first save rewrites tracked files; later saves must not read the checkout as dirty."""
+    from reproductions.harness import output as output_module
+
+    states = iter(["abc123", "abc123-dirty", "abc123-dirty"])
+    monkeypatch.setattr(output_module, "git_commit", lambda root=None: next(states))
+    output_module.run_commit.cache_clear()
+    try:
+        output = Output.under(tmp_path)
+        for stem in ("a", "b"):
+            output.save_results(stem, config={}, rows=[{"p": 1}])
+            assert output.load_results(stem)["commit"] == "abc123"
+    finally:
+        output_module.run_commit.cache_clear()
+
+
 def test_run_many_in_process_and_through_an_executor() -> None:
     assert run_many(str, [1, 2]) == ["1", "2"]
     with ThreadPoolExecutor(2) as pool:
