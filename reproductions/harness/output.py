@@ -98,7 +98,7 @@ class Output:
         """Write ``<stem>.json`` (config, provenance, extra, rows) and ``<stem>.csv``."""
         payload = {
             "config": dataclasses.asdict(config) if dataclasses.is_dataclass(config) else config,
-            **provenance(root=ROOT, commit=run_commit(), **(extra or {})),
+            **provenance(root=ROOT, **{"commit": run_commit(), **(extra or {})}),
             "rows": list(rows),
         }
         path = self.path(f"{stem}.json")

@@ -174,6 +174,9 @@ def test_every_save_of_a_run_records_the_commit_it_started_from(
         for stem in ("a", "b"):
             output.save_results(stem, config={}, rows=[{"p": 1}])
             assert output.load_results(stem)["commit"] == "abc123"
+        # re-saving loaded results keeps the commit they were made by
+        output.save_results("c", config={}, rows=[{"p": 1}], extra={"commit": "old456"})
+        assert output.load_results("c")["commit"] == "old456"
     finally:
         output_module.run_commit.cache_clear()
 
