@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from dpcore.atomic import atomic_write_text
 from dpcore.provenance import provenance
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -13,12 +14,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def save(audit: str, rows: list[dict[str, Any]], config: dict[str, Any]) -> Path:
-    """Write ``results/<audit>.json`` (the rows) and ``results/<audit>.meta.json``."""
+    """Write ``results/<audit>.json`` (the rows) and ``results/<audit>.meta.json`` atomically."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{audit}.json"
-    path.write_text(json.dumps(rows, indent=1, allow_nan=False) + "\n")
+    atomic_write_text(path, json.dumps(rows, indent=1, allow_nan=False) + "\n")
     meta = provenance(root=ROOT, audit=audit, config=config)
-    (RESULTS / f"{audit}.meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+    atomic_write_text(RESULTS / f"{audit}.meta.json", json.dumps(meta, indent=1) + "\n")
     return path
 
 

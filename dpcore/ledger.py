@@ -26,6 +26,7 @@ from typing import Any
 
 from dpcore.accountants import accountant_class
 from dpcore.accountants.shuffled import shuffled_lower_bound
+from dpcore.atomic import atomic_write_text
 from dpcore.errors import InvalidParameterError, StateError
 from dpcore.events import (
     ComposedEvent,
@@ -259,6 +260,10 @@ class PrivacyLedger:
 
 
 def write_statement(path: str | Path, statement: dict[str, Any]) -> dict[str, Any]:
-    """Write a statement as JSON to ``path``; returns it."""
-    Path(path).write_text(json.dumps(statement, indent=2, sort_keys=True) + "\n")
+    """Write a statement as JSON to ``path`` atomically (:mod:`dpcore.atomic`); returns it.
+
+    A reader (or a process killed mid-write) sees the previous statement or this one, never a
+    truncated file.
+    """
+    atomic_write_text(path, json.dumps(statement, indent=2, sort_keys=True) + "\n")
     return statement

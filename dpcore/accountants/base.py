@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+from dpcore.atomic import atomic_write_text
 from dpcore.errors import InvalidParameterError, StateError, UnsupportedEventError
 from dpcore.events import (
     ComposedEvent,
@@ -231,8 +232,8 @@ class PrivacyAccountant(abc.ABC):
         return json.dumps(self.state(), sort_keys=True)
 
     def save(self, path: str | Path) -> None:
-        """Write :meth:`to_json` to ``path``."""
-        Path(path).write_text(self.to_json() + "\n", encoding="utf-8")
+        """Write :meth:`to_json` to ``path`` atomically (the old state or the new, never half)."""
+        atomic_write_text(path, self.to_json() + "\n")
 
     @classmethod
     def from_state(cls: type[_A], state: Mapping[str, Any]) -> _A:

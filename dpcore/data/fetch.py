@@ -24,6 +24,7 @@ import zlib
 from collections.abc import Mapping
 from pathlib import Path
 
+from dpcore.atomic import atomic_write_bytes
 from dpcore.errors import DPCoreError
 
 __all__ = ["SOURCES", "DataUnavailableError", "Source", "cache_dir", "fetch"]
@@ -193,7 +194,7 @@ def _extract(source: Source, archive: Path, target: Path) -> None:
         try:
             with zipfile.ZipFile(archive) as bundle:
                 for cached, inner in source.members.items():
-                    (target / cached).write_bytes(bundle.read(inner))
+                    atomic_write_bytes(target / cached, bundle.read(inner))
         except KeyError:
             raise DataUnavailableError(f"{archive.name} lacks {inner}.") from None
         # zipfile reports corrupt flags as "unsupported" (NotImplementedError) or "encrypted"
@@ -216,7 +217,7 @@ def _extract(source: Source, archive: Path, target: Path) -> None:
                 raise DataUnavailableError(f"{archive.name} is truncated: {error}") from None
             if data is None:
                 raise DataUnavailableError(f"{archive.name} lacks {inner}.")
-            (target / cached).write_bytes(data)
+            atomic_write_bytes(target / cached, data)
 
 
 def fetch(name: str, *, sources: Mapping[str, Source] = SOURCES) -> Path:
