@@ -10,8 +10,10 @@ ran*, never data-dependent values such as realised lot sizes (those would leak).
 
 The sampler decides what the steps compose to: Poisson lots are the recorded events themselves;
 balls-in-bins lots (:class:`~dpcore.torch.samplers.BallsInBinsSampler`) are one
-:class:`~dpcore.events.RandomAllocationEvent` per started epoch (a partial epoch is a prefix of
-a full one, a post-processing, so it costs at most a full epoch); shuffled fixed-size batches
+:class:`~dpcore.events.RandomAllocationEvent` per epoch *of the sampler* that the steps touched
+(a partial epoch is a prefix of a full one, a post-processing, so it costs at most a full epoch;
+the sampler's epochs count from its own first lot, so the ledger records which lots it saw, from
+``first_lot``); shuffled fixed-size batches
 have no valid upper bound here: their statement gives the Poisson number labelled as such next
 to a certified *lower* bound (:mod:`dpcore.accountants.shuffled`).
 """
@@ -63,6 +65,10 @@ class PrivacyLedger:
             certified lower bound).
         steps_per_epoch: lots per epoch; required for ``"balls_in_bins"`` (its analysis goes
             epoch by epoch; shuffled epochs are N // B lots, derived from q = B / N).
+        first_lot: the sampler's number of the first lot this ledger records (its ``lots_drawn``
+            when the ledger is made). Steps are recorded lot by lot from there, so the ledger
+            knows which of the sampler's epochs they fall in: a balls-in-bins sampler starts a
+            new allocation at every multiple of ``steps_per_epoch`` of *its own* lot count.
 
     Example:
         >>> ledger = PrivacyLedger(dataset_size=60_000)
@@ -73,9 +79,15 @@ class PrivacyLedger:
     """
 
     def __init__(
-        self, *, dataset_size: int, sampler: str = "poisson", steps_per_epoch: int | None = None
+        self,
+        *,
+        dataset_size: int,
+        sampler: str = "poisson",
+        steps_per_epoch: int | None = None,
+        first_lot: int = 0,
     ) -> None:
         self.dataset_size = check_count("dataset_size", dataset_size, minimum=1)
+        self.first_lot = check_count("first_lot", first_lot)
         if sampler not in SAMPLERS:
             raise InvalidParameterError("sampler", f"in {SAMPLERS}", sampler)
         if sampler == "balls_in_bins" and steps_per_epoch is None:
@@ -100,16 +112,42 @@ class PrivacyLedger:
         """Whether :meth:`event` describes what ran (false only for shuffled batches)."""
         return self.sampler != "shuffled_fixed_size"
 
-    def record(
+    def check(
         self,
         *,
         sampling_probability: float,
         noise_multiplier: float,
         jl_dimension: int | None = None,
+        lot: int | None = None,
     ) -> DpEvent:
-        """Append one step; returns its event."""
+        """The event :meth:`record` would append, or the error it would raise; records nothing.
+
+        Call it before the step runs (before any noise is drawn or parameter moves), so that a
+        step that cannot be recorded does not happen.
+
+        Args:
+            sampling_probability: q of the step's lot.
+            noise_multiplier: sigma of the step's noise.
+            jl_dimension: r for a JL step, ``None`` for exact clipping.
+            lot: the sampler's number of the step's lot; it must be :attr:`next_lot` (each lot
+                once, in order). ``None``: the next lot.
+
+        Returns:
+            The step's event.
+
+        Raises:
+            InvalidParameterError: q not in [0, 1], sigma <= 0, a lot other than the next, or
+                under balls-in-bins sampling an event other than the recorded one.
+        """
         q = check_probability("sampling_probability", sampling_probability)
         sigma = check_positive("noise_multiplier", noise_multiplier)
+        if lot is not None and lot != self.next_lot:
+            raise InvalidParameterError(
+                "lot",
+                f"= {self.next_lot}, the sampler's lot after the last one recorded (each lot is "
+                "recorded once, in order)",
+                lot,
+            )
         inner: DpEvent = (
             GaussianEvent(sigma) if jl_dimension is None else JLGaussianEvent(sigma, jl_dimension)
         )
@@ -120,6 +158,26 @@ class PrivacyLedger:
                 f"to stay as recorded under balls-in-bins sampling ({self._runs[-1].event})",
                 event,
             )
+        return event
+
+    def record(
+        self,
+        *,
+        sampling_probability: float,
+        noise_multiplier: float,
+        jl_dimension: int | None = None,
+        lot: int | None = None,
+    ) -> DpEvent:
+        """Append one step; returns its event.
+
+        Args and Raises: as :meth:`check` (which this calls first: nothing is recorded on error).
+        """
+        event = self.check(
+            sampling_probability=sampling_probability,
+            noise_multiplier=noise_multiplier,
+            jl_dimension=jl_dimension,
+            lot=lot,
+        )
         if self._runs and self._runs[-1].event == event:
             self._runs[-1].count += 1
         else:
@@ -132,6 +190,23 @@ class PrivacyLedger:
         return sum(run.count for run in self._runs)
 
     @property
+    def next_lot(self) -> int:
+        """The sampler's number of the lot the next recorded step must be (first_lot + steps)."""
+        return self.first_lot + self.steps
+
+    @property
+    def epochs(self) -> int:
+        """The sampler's epochs that the recorded steps touched (``None`` steps_per_epoch: 0).
+
+        Lot ``n`` lies in the sampler's epoch ``n // steps_per_epoch``; the steps are lots
+        ``first_lot .. next_lot - 1``, so a run that starts mid-epoch touches that epoch too.
+        """
+        if self.steps_per_epoch is None or not self._runs:
+            return 0
+        last = self.next_lot - 1
+        return last // self.steps_per_epoch - self.first_lot // self.steps_per_epoch + 1
+
+    @property
     def uses_jl(self) -> bool:
         """Whether any step clipped by JL-estimated norms."""
         return any(isinstance(run.event.event, JLGaussianEvent) for run in self._runs)  # type: ignore[attr-defined]
@@ -141,8 +216,8 @@ class PrivacyLedger:
         if self.sampler == "balls_in_bins" and self._runs:
             assert self.steps_per_epoch is not None  # required by the constructor
             inner = self._runs[0].event.event  # type: ignore[attr-defined]
-            epochs = -(-self.steps // self.steps_per_epoch)
-            return SelfComposedEvent(RandomAllocationEvent(self.steps_per_epoch, inner), epochs)
+            allocation = RandomAllocationEvent(self.steps_per_epoch, inner)
+            return SelfComposedEvent(allocation, self.epochs)
         return ComposedEvent(SelfComposedEvent(run.event, run.count) for run in self._runs)
 
     def shuffled_lower_bound(self, delta: float) -> dict[str, Any]:
@@ -233,6 +308,7 @@ class PrivacyLedger:
             "dataset_size": self.dataset_size,
             "sampler": self.sampler,
             "steps_per_epoch": self.steps_per_epoch,
+            "first_lot": self.first_lot,
             "runs": [{"event": run.event.to_dict(), "count": run.count} for run in self._runs],
         }
 
@@ -244,6 +320,7 @@ class PrivacyLedger:
                 dataset_size=state["dataset_size"],
                 sampler=state["sampler"],
                 steps_per_epoch=state.get("steps_per_epoch"),
+                first_lot=state.get("first_lot", 0),
             )
             ledger._runs = [
                 _Run(event_from_dict(run["event"]), check_count("count", run["count"], minimum=1))

@@ -8,11 +8,18 @@ micro-batches of at most ``max_physical_batch_size`` examples, so memory follows
 batch, never the lot (the examples of a lot are loaded micro-batch by micro-batch).
 
 Iterating yields :class:`MicroBatch` objects in order: the collated data, and where it sits in its
-lot (``lot``, ``last``). An empty lot yields one micro-batch with ``data=None``: the training step
-must still add noise and the ledger must still advance. The sampler runs in the main process (a
+lot (``lot``, ``index``, ``last``), tagged with the loader that yielded it. An empty lot yields
+one micro-batch with ``data=None``: the training step must still add noise and the ledger must
+still advance. The sampler runs in the main process (a
 ``DataLoader`` asks its batch sampler for index lists there), so the position of every micro-batch
 is known in order even when workers prefetch ahead; the loader's :meth:`LotLoader.state_dict`
 describes the lots *consumed*, not those prefetched, so a resumed run draws the same lots.
+
+When loading a micro-batch raises (a flaky read, a worker's error), iteration stops with a
+:class:`LotLoadError` naming the lot, and the loader rewinds to the end of the last lot it yielded
+whole: iterating it again draws that same lot identically from its first micro-batch (and
+:class:`~dpcore.torch.private.PrivateOptimizer` restarts a lot whose first micro-batch comes
+again, so a retried lot is stepped and counted once).
 """
 
 from __future__ import annotations
@@ -25,11 +32,11 @@ from typing import Any
 
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 
-from dpcore.errors import InvalidParameterError
+from dpcore.errors import InvalidParameterError, StateError
 from dpcore.torch.samplers import PoissonSampler, ShuffledBatchSampler
 from dpcore.validation import check_count
 
-__all__ = ["LotBatchSampler", "LotLoader", "MicroBatch", "Split", "split_pair"]
+__all__ = ["LotBatchSampler", "LotLoadError", "LotLoader", "MicroBatch", "Split", "split_pair"]
 
 LotSampler = PoissonSampler | ShuffledBatchSampler
 
@@ -47,6 +54,10 @@ class MicroBatch:
         lot: the lot's number (lots drawn since the sampler was created).
         lot_size: examples in the whole lot (for the user's eyes: it is not released).
         last: this is the lot's last micro-batch (the step happens after it).
+        index: this micro-batch's place in its lot (0, 1, 2, ...).
+        source: the token of the :class:`LotLoader` that yielded it (``None`` for one built by
+            hand), so that an optimizer made for one loader refuses another's micro-batches;
+            not part of equality or ``repr``.
     """
 
     data: Any
@@ -54,6 +65,28 @@ class MicroBatch:
     lot: int
     lot_size: int
     last: bool
+    index: int = 0
+    source: object = dataclasses.field(default=None, compare=False, repr=False)
+
+
+class LotLoadError(StateError):
+    """Loading a micro-batch of a lot failed; the loader has rewound to the start of that lot.
+
+    Iterating the loader again draws the same lot again, identically, from its first
+    micro-batch (the original exception is chained as ``__cause__``).
+
+    Attributes:
+        lot: the number of the lot whose micro-batch failed to load (``None`` if unknown).
+    """
+
+    def __init__(self, lot: int | None, error: BaseException) -> None:
+        self.lot = lot
+        which = "the next lot" if lot is None else f"lot {lot}"
+        super().__init__(
+            f"Loading a micro-batch of {which} failed ({type(error).__name__}: {error}); the "
+            "loader has rewound: iterate it again to draw the same lot from its first "
+            "micro-batch (the optimizer restarts that lot; nothing of it was released)."
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +95,7 @@ class _Position:
     lot: int
     lot_size: int
     last: bool
+    index: int
     state_after: dict[str, Any] | None  # the sampler's state after this lot (on ``last`` only)
 
 
@@ -103,14 +137,14 @@ class LotBatchSampler(Sampler[list[int]]):
             size = int(lot.numel())
             state = copy.deepcopy(self.sampler.state_dict())
             if size == 0:
-                self.positions.append(_Position(0, number, 0, True, state))
+                self.positions.append(_Position(0, number, 0, True, 0, state))
                 continue
             step = self.max_physical_batch_size or size
-            for start in range(0, size, step):
+            for index, start in enumerate(range(0, size, step)):
                 part = lot[start : start + step].tolist()
                 last = start + step >= size
                 self.positions.append(
-                    _Position(len(part), number, size, last, state if last else None)
+                    _Position(len(part), number, size, last, index, state if last else None)
                 )
                 yield part
 
@@ -203,6 +237,7 @@ class LotLoader:
             dataset, batch_sampler=self.batch_sampler, **loader_options
         )
         self._resume: dict[str, Any] = copy.deepcopy(sampler.state_dict())
+        self.token = object()  # tags this loader's micro-batches (MicroBatch.source)
 
     @property
     def max_physical_batch_size(self) -> int | None:
@@ -212,8 +247,19 @@ class LotLoader:
         """Lots per epoch."""
         return len(self.batch_sampler)
 
+    @property
+    def lots_consumed(self) -> int:
+        """The sampler's number of the next lot this loader yields (lots yielded whole so far)."""
+        return int(self._resume["lots_drawn"])
+
     def __iter__(self) -> Iterator[MicroBatch]:
-        """The micro-batches of the remaining lots of the epoch, in order."""
+        """The micro-batches of the remaining lots of the epoch, in order.
+
+        Raises:
+            LotLoadError: loading a micro-batch raised; the loader has rewound to the start of
+                that lot (the sampler's state after the last lot yielded whole), so iterating
+                again redraws the same lot identically.
+        """
         positions = self.batch_sampler.positions
         positions.clear()
         self.sampler.load_state_dict(copy.deepcopy(self._resume))  # drop prefetched draws
@@ -225,14 +271,14 @@ class LotLoader:
                 if exhausted:
                     return
                 try:  # asking the loader for data makes the sampler draw (and queue) lots
-                    waiting.append(next(loaded))
+                    waiting.append(self._load(loaded))
                 except StopIteration:
                     exhausted = True
                 continue
             position = positions[0]
             if position.size and not waiting:
                 try:
-                    waiting.append(next(loaded))
+                    waiting.append(self._load(loaded))
                 except StopIteration:  # pragma: no cover - a queued position always has data
                     exhausted = True
                     continue
@@ -240,7 +286,29 @@ class LotLoader:
             data = waiting.popleft() if position.size else None
             if position.last and position.state_after is not None:
                 self._resume = position.state_after
-            yield MicroBatch(data, position.size, position.lot, position.lot_size, position.last)
+            yield MicroBatch(
+                data,
+                position.size,
+                position.lot,
+                position.lot_size,
+                position.last,
+                index=position.index,
+                source=self.token,
+            )
+
+    def _load(self, loaded: Iterator[Any]) -> Any:
+        """The next collated micro-batch; a failure rewinds the loader (see :meth:`__iter__`)."""
+        try:
+            return next(loaded)
+        except StopIteration:
+            raise
+        except Exception as error:
+            # The micro-batch that failed is the first queued one with data (the data loader
+            # returns batches in order, also from workers).
+            lot = next((p.lot for p in self.batch_sampler.positions if p.size), None)
+            self.batch_sampler.positions.clear()
+            self.sampler.load_state_dict(copy.deepcopy(self._resume))
+            raise LotLoadError(lot, error) from error
 
     def state_dict(self) -> dict[str, Any]:
         """The sampler's state after the last lot consumed (prefetched lots are drawn again)."""

@@ -87,6 +87,57 @@ class DPOptimizer:
                 f"(times lr: {step_noise!r})",
             )
 
+    def check_parameters(self) -> None:
+        """Refuse to step when the optimizer's trainable parameters are not the engine's.
+
+        A parameter added to the wrapped optimizer after construction (``add_param_group``, an
+        appended layer, a frozen layer unfrozen and added) would move with whatever gradient it
+        holds, unclipped and without noise, while the ledger records a DP step; a parameter of
+        the engine frozen since (``requires_grad=False``) cannot be clipped; a parameter outside
+        the engine that holds a gradient would move without noise too. Call this before
+        anything of a step changes.
+
+        Raises:
+            InvalidParameterError: naming the parameters added, frozen or holding a gradient.
+        """
+        engine = {id(p): name for name, p in self.engine.named_parameters}
+        names = {id(p): name for name, p in self.engine.model.named_parameters()}
+        problems = []
+        frozen = [name for name, p in self.engine.named_parameters if not p.requires_grad]
+        if frozen:
+            problems.append(f"frozen since: {frozen}")
+        held = [p for group in self.optimizer.param_groups for p in group["params"]]
+        added = [
+            names.get(id(p), f"a parameter of shape {tuple(p.shape)}")
+            for p in held
+            if p.requires_grad and id(p) not in engine
+        ]
+        if added:
+            problems.append(f"added since: {added}")
+        carrying = [
+            names.get(id(p), f"a parameter of shape {tuple(p.shape)}")
+            for p in held
+            if not p.requires_grad and id(p) not in engine and p.grad is not None
+        ]
+        if carrying:
+            problems.append(f"outside the engine but holding a gradient: {carrying}")
+        trainable = [p for p in held if p.requires_grad]
+        present = {id(p) for p in held}
+        missing = [name for name, p in self.engine.named_parameters if id(p) not in present]
+        if missing:
+            problems.append(f"removed since: {missing}")
+        elif not problems and len(trainable) != len(engine):
+            problems.append("a parameter appears more than once")
+        if problems:
+            raise InvalidParameterError(
+                "optimizer",
+                f"to hold exactly the {len(engine)} trainable parameters the engine clips and "
+                "noises, all still requiring grad (parameters added to the optimizer after it "
+                "was made private would move without clipping or noise; make it private again "
+                "after changing the model or its optimizer)",
+                "; ".join(problems),
+            )
+
     @property
     def noise_std(self) -> float:
         """sigma C, the standard deviation of the noise added to the clipped sum."""
@@ -107,7 +158,13 @@ class DPOptimizer:
         return noisy
 
     def step(self, clipped: ClippedBatch) -> None:
-        """Set every parameter's ``.grad`` to its noisy average and step the wrapped optimizer."""
+        """Set every parameter's ``.grad`` to its noisy average and step the wrapped optimizer.
+
+        Raises:
+            InvalidParameterError: the optimizer's trainable parameters are no longer exactly
+                the engine's (:meth:`check_parameters`), before any noise is drawn.
+        """
+        self.check_parameters()
         for parameter, gradient in zip(
             self.engine.parameters, self.privatise(clipped), strict=True
         ):

@@ -17,11 +17,21 @@ losses must be per example: the engine computes them itself, which is what makes
 at the cost of one backward possible), adds them to the lot's clipped sum, and after the lot's last
 micro-batch adds the Gaussian noise once, steps the wrapped optimizer and records one event in the
 ledger (an empty lot too). The JL engine draws its directions once per lot.
+
+The optimizer knows which lots it has stepped: it takes only micro-batches of the loader given to
+``make_private`` (whose sampler and sampling probability must stay as they were), lot after lot
+from the loader's position then (or a loaded checkpoint's), each lot's micro-batches in order, each
+once; an empty lot must be stepped too. When a lot's first micro-batch comes again (the loader
+redraws a lot whose loading failed, :class:`~dpcore.torch.loaders.LotLoadError`), its partial sum
+is discarded and the lot starts again: nothing of it was released. Every check runs before
+anything changes, and before the noisy step the optimizer's trainable parameters must still be
+exactly those the engine clips, and the ledger must accept the step.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 from pathlib import Path
 from typing import Any
@@ -68,11 +78,23 @@ class PrivateOptimizer:
         self.split = split
         self.jl_dimension = jl_dimension
         sampler = loader.sampler
-        self.ledger = PrivacyLedger(dataset_size=sampler.dataset_size, sampler=sampler.kind)
+        # What the micro-batches must keep coming from (see _check_source).
+        self._token = loader.token
+        self._sampler = sampler
+        self._sampling_probability = sampler.sampling_probability
+        self._dataset_size = sampler.dataset_size
+        self.ledger = PrivacyLedger(
+            dataset_size=sampler.dataset_size,
+            sampler=sampler.kind,
+            first_lot=loader.lots_consumed,  # the next lot stepped is the ledger's next_lot
+        )
         self._sum: LotSum | None = None
         self._correct = 0.0  # correct predictions in the lot so far (NaN when not measurable)
         self._lot: int | None = None
+        self._index = 0  # the next micro-batch expected in the lot in progress
+        self._lot_ledger: PrivacyLedger | None = None  # the ledger the lot in progress is for
         self._lot_scope: contextlib.ExitStack | None = None
+        self._directions: dict[str, Any] | None = None  # JL directions' state at the lot's start
 
     @property
     def noise_multiplier(self) -> float:
@@ -90,62 +112,168 @@ class PrivateOptimizer:
     def step(self, micro: MicroBatch) -> StepResult | None:
         """Clip ``micro``'s examples into its lot's sum; at the lot's end, noise and step.
 
+        Lots must come one after the other from the loader's position when ``make_private`` was
+        called (or a loaded checkpoint's), each lot's micro-batches in order (``micro.index``
+        0, 1, ...), each once; an empty lot (``micro.data is None``) too. A lot's first
+        micro-batch arriving again restarts that lot (its partial sum is discarded: nothing of
+        it was released), which is how a lot redrawn after a :class:`LotLoadError` is counted
+        once.
+
         Returns:
             ``None`` for a micro-batch that does not end its lot, else the step's
             :class:`~dpcore.torch.training.StepResult` (lot size, mean loss, accuracy).
 
         Raises:
-            InvalidParameterError: ``micro`` is not a :class:`MicroBatch` of this loader, or a
-                lot's micro-batches arrive out of order.
+            InvalidParameterError: before anything changes, when ``micro`` is not a
+                :class:`MicroBatch` of this loader, the loader's sampler or sampling probability
+                changed, a lot or micro-batch comes again, out of order or after a skipped lot,
+                the optimizer's trainable parameters are no longer the engine's, or the ledger
+                would refuse the step (e.g. ``noise_multiplier`` no longer > 0).
         """
-        if not isinstance(micro, MicroBatch):
-            raise InvalidParameterError(
-                "micro", "a MicroBatch yielded by the LotLoader given to make_private", micro
-            )
-        if self._lot is None:
-            self._lot = micro.lot
-            self._sum = LotSum(self.engine.parameters, keep_outputs=False, size=micro.lot_size)
-            self._lot_scope = contextlib.ExitStack()
-            self._lot_scope.enter_context(self.engine.one_lot())
-        elif micro.lot != self._lot:
-            raise InvalidParameterError(
-                "micro",
-                f"the next micro-batch of lot {self._lot} (lots must be stepped in order)",
-                f"a micro-batch of lot {micro.lot}",
-            )
+        self._check_source(micro)
+        restart = self._check_order(micro)
+        self._check_step(micro)
+        inputs: Any = None
+        targets: Any = None
         if micro.size:
             inputs, targets = self.split(micro.data)
             if batch_size(inputs) != micro.size:
                 raise InvalidParameterError(
                     "split", f"to return inputs of {micro.size} examples", batch_size(inputs)
                 )
-            part = self.engine.clipped_sum(inputs, targets, self.loss_fn)
-            assert self._sum is not None
+        if restart:
+            self._begin_lot(micro)
+        part = self.engine.clipped_sum(inputs, targets, self.loss_fn) if micro.size else None
+        if micro.last:  # again right before the noisy step: the loss function and hooks ran
+            self._check_step(micro)
+        assert self._sum is not None
+        if part is not None:
             self._sum.add(part)
             outputs = part.outputs
             if isinstance(outputs, torch.Tensor) and isinstance(targets, torch.Tensor):
                 self._correct += accuracy(outputs, targets) * micro.size
             else:
                 self._correct = math.nan
+        self._index += 1
         if not micro.last:
             return None
-        assert self._sum is not None
         clipped = self._sum.result()
         correct = self._correct / micro.lot_size if micro.lot_size else math.nan
-        self._sum, self._correct = None, 0.0
-        self._lot = None
-        if self._lot_scope is not None:
-            self._lot_scope.close()
-            self._lot_scope = None
+        self._end_lot()
         self.dp.step(clipped)
-        sampler = self.loader.sampler
         self.ledger.record(
-            sampling_probability=sampler.sampling_probability,
+            sampling_probability=self._sampling_probability,
             noise_multiplier=self.dp.noise_multiplier,
             jl_dimension=self.jl_dimension,
+            lot=micro.lot,
         )
         loss = float(clipped.losses.mean()) if clipped.losses.numel() else math.nan
         return StepResult(self.ledger.steps, micro.lot_size, loss, correct)
+
+    def _check_source(self, micro: MicroBatch) -> None:
+        """``micro`` comes from the loader given to make_private, whose sampling is unchanged."""
+        if not isinstance(micro, MicroBatch):
+            raise InvalidParameterError(
+                "micro", "a MicroBatch yielded by the LotLoader given to make_private", micro
+            )
+        if micro.source is not self._token:
+            raise InvalidParameterError(
+                "micro",
+                "a micro-batch of the LotLoader given to make_private (the optimizer records "
+                "that loader's sampling probability; make another loader private on its own)",
+                f"a micro-batch of lot {micro.lot} from "
+                + ("no LotLoader" if micro.source is None else "another LotLoader"),
+            )
+        sampler = self.loader.sampler
+        if sampler is not self._sampler or self.loader.batch_sampler.sampler is not sampler:
+            raise InvalidParameterError(
+                "loader.sampler",
+                "to stay the sampler the loader had when it was made private",
+                f"another sampler ({type(sampler).__name__})",
+            )
+        if (
+            sampler.sampling_probability != self._sampling_probability
+            or sampler.dataset_size != self._dataset_size
+        ):
+            raise InvalidParameterError(
+                "loader.sampler.sampling_probability",
+                f"to stay {self._sampling_probability!r} over {self._dataset_size} records, "
+                "as when the loader was made private (the noise is divided by q N and the "
+                "ledger records q)",
+                f"{sampler.sampling_probability!r} over {sampler.dataset_size} records",
+            )
+
+    def _check_order(self, micro: MicroBatch) -> bool:
+        """Whether ``micro`` starts (or restarts) the next lot; raises if it is out of order."""
+        expected = self.ledger.next_lot
+        in_lot = self._lot is not None and self._lot_ledger is self.ledger
+        if micro.lot == expected and micro.index == 0:
+            return True  # the next lot's start, or its retry (nothing of it was released)
+        if in_lot and micro.lot == self._lot and micro.index == self._index:
+            return False
+        got = f"micro-batch {micro.index} of lot {micro.lot}"
+        if micro.lot < expected:
+            raise InvalidParameterError(
+                "micro",
+                f"a micro-batch of lot {expected} (lot {micro.lot} was already stepped and "
+                "recorded: each lot is stepped once, in order)",
+                got,
+            )
+        if micro.lot > expected and not in_lot:
+            skipped = (
+                f"lot {expected}"
+                if micro.lot == expected + 1
+                else f"lots {expected}..{micro.lot - 1}"
+            )
+            raise InvalidParameterError(
+                "micro",
+                f"micro-batch 0 of lot {expected}: {skipped} never reached step(). Every lot "
+                "the loader yields must be stepped, an empty one (micro.data is None, size 0) "
+                "too: its noise is added and the step counted, as the accounting assumes. "
+                "Step every micro-batch (do not 'continue' past empty ones); to go on, load a "
+                "state saved before the skipped lot",
+                got,
+            )
+        wanted = f"micro-batch {self._index if in_lot else 0} of lot {expected}"
+        raise InvalidParameterError(
+            "micro",
+            f"{wanted} next (a lot's micro-batches are stepped in order, each once; its "
+            "micro-batch 0 again restarts it)",
+            got,
+        )
+
+    def _check_step(self, micro: MicroBatch) -> None:
+        """The parameters are the engine's and the ledger accepts the step (else it cannot run)."""
+        self.dp.check_parameters()
+        self.ledger.check(
+            sampling_probability=self._sampling_probability,
+            noise_multiplier=self.dp.noise_multiplier,
+            jl_dimension=self.jl_dimension,
+            lot=micro.lot,
+        )
+
+    def _begin_lot(self, micro: MicroBatch) -> None:
+        """Start ``micro``'s lot afresh (a retried lot draws the same JL directions again)."""
+        retry = self._lot == micro.lot and self._lot_ledger is self.ledger
+        self._end_lot()
+        if isinstance(self.engine, JLEngine):
+            if retry and self._directions is not None:
+                self.engine.directions.load_state_dict(copy.deepcopy(self._directions))
+            else:
+                self._directions = copy.deepcopy(self.engine.directions.state_dict())
+        self._lot, self._index, self._lot_ledger = micro.lot, 0, self.ledger
+        self._sum = LotSum(self.engine.parameters, keep_outputs=False, size=micro.lot_size)
+        self._correct = 0.0
+        self._lot_scope = contextlib.ExitStack()
+        self._lot_scope.enter_context(self.engine.one_lot())
+
+    def _end_lot(self) -> None:
+        """Forget the lot in progress (its sum is used or discarded)."""
+        self._sum, self._correct = None, 0.0
+        self._lot, self._index, self._lot_ledger = None, 0, None
+        if self._lot_scope is not None:
+            self._lot_scope.close()
+            self._lot_scope = None
 
     def epsilon(self, *, delta: float, accountant: str = "pld") -> float:
         """Epsilon spent so far, from the named accountant."""

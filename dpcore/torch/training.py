@@ -167,6 +167,7 @@ class DPTrainer:
             dataset_size=sampler.dataset_size,
             sampler=sampler.kind,
             steps_per_epoch=None if sampler.kind == "poisson" else sampler.steps_per_epoch,
+            first_lot=sampler.lots_drawn,  # a sampler's epochs count from its own first lot
         )
         self.jl_dimension = self.engine.jl_dimension if isinstance(self.engine, JLEngine) else None
 
@@ -199,7 +200,25 @@ class DPTrainer:
         return self.ledger.steps
 
     def step(self) -> StepResult:
-        """Draw a lot, clip, add noise, step, record the event."""
+        """Draw a lot, clip, add noise, step, record the event.
+
+        Everything that could stop the step from being recorded is checked first, before the
+        sampler draws, noise is drawn or a parameter moves.
+
+        Raises:
+            InvalidParameterError: the optimizer's trainable parameters are no longer the
+                engine's (:meth:`~dpcore.torch.optimizers.DPOptimizer.check_parameters`), or
+                the ledger would refuse the step (e.g. ``noise_multiplier`` changed under
+                balls-in-bins sampling, or the sampler drew lots outside the trainer).
+        """
+        self.optimizer.check_parameters()
+        number = self.sampler.lots_drawn
+        self.ledger.check(
+            sampling_probability=self.sampler.sampling_probability,
+            noise_multiplier=self.optimizer.noise_multiplier,
+            jl_dimension=self.jl_dimension,
+            lot=number,
+        )
         self.model.train()
         lot = self.sampler.sample()
         inputs, targets = take(self.inputs, lot), take(self.targets, lot)
@@ -213,11 +232,19 @@ class DPTrainer:
                 self.loss_fn,
                 max_physical_batch_size=self.max_physical_batch_size,
             )
+        # Checked again right before the noisy step: the loss function and audit hooks ran since.
+        self.ledger.check(
+            sampling_probability=self.sampler.sampling_probability,
+            noise_multiplier=self.optimizer.noise_multiplier,
+            jl_dimension=self.jl_dimension,
+            lot=number,
+        )
         self.optimizer.step(clipped)
         self.ledger.record(
             sampling_probability=self.sampler.sampling_probability,
             noise_multiplier=self.optimizer.noise_multiplier,
             jl_dimension=self.jl_dimension,
+            lot=number,
         )
         loss = float(clipped.losses.mean()) if len(lot) else math.nan
         correct = (
