@@ -165,3 +165,17 @@ def test_account_never_ends_in_a_traceback_wide(
     q: str, sigma: str, steps: str, delta: str, accountants: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _account_property(q, sigma, steps, delta, accountants, capsys)
+
+
+def test_shuffle_lower_bound_for_tiny_noise_is_a_number(capsys: pytest.CaptureFixture[str]) -> None:
+    """Item 10: sigma <= 0.0131 with --sampler shuffle ended in a raw ValueError (exit 1); the
+    certified lower bound is now a finite number (about 700 per epoch, the loss cap)."""
+    argv = [
+        "account", "--json", "--sampling-rate", "0.5", "--steps", "2", "--delta", "1e-5",
+        "--noise-multiplier", "0.01", "--sampler", "shuffle", "--dataset-size", "20",
+    ]  # fmt: skip
+    status, out, err = _run(argv, capsys)
+    assert status == 0, err
+    row = json.loads(out)[-1]
+    assert row["accountant"] == "shuffle" and row["kind"] == "lower_bound"
+    assert isinstance(row["epsilon"], float) and 690.0 < row["epsilon"] < 701.0

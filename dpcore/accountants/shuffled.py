@@ -25,6 +25,12 @@ cells (the "cube" sets ``{max_t x_t <= c}``), and discretise the resulting atoms
 (:func:`dpcore.pld.loss_pmf.garble_atoms`), so the composed grid PLD is dominated by the true
 pair and its epsilon at delta is a lower bound on the true one. The FFT error mass is counted
 against us (:meth:`LossPmf.epsilon` at ``delta + error_mass``).
+
+Small noise: a cell's loss above 700 (where ``e^{-loss}`` leaves floating point) is lowered to
+700, which only weakens the pair, so each epoch contributes at most about 700 to epsilon. For
+sigma below about 0.03 the true per-epoch loss is larger (about ``1 / (2 sigma^2)``) and the bound
+is loose but still valid; it never fails or turns infinite. Cell masses are computed in log
+space, so the losses stay finite where the masses themselves underflow.
 """
 
 from __future__ import annotations
@@ -47,6 +53,13 @@ _LOG_TAIL = -40.0
 _MAX_CELLS = 200_000
 #: Means of the differing batch under D and D' (gradients +1 vs 0 against a background of -1).
 _MEAN_D, _MEAN_D_PRIME = 2.0, 1.0
+#: Smaller noise multipliers are bounded as this one: the pair at a larger sigma is the pair at a
+#: smaller one plus independent Gaussian noise (a post-processing), so its lower bound holds for
+#: every smaller sigma. Each epoch already reaches the loss cap (about 700) below sigma ~ 0.03.
+_MIN_NOISE_MULTIPLIER = 1e-6
+#: Largest loss a cell keeps (:func:`dpcore.pld.loss_pmf.garble_atoms` caps losses at 700 too,
+#: where e^{-loss} still exists in floating point); larger losses are lowered to it.
+_LOSS_CAP = 700.0
 
 
 def _log_cdf_max(
@@ -70,9 +83,61 @@ def _log_cdf_max(
     return np.asarray((steps - 1) * special.log_ndtr(z) + last)
 
 
-def _cell_masses(log_cdf: np.ndarray) -> np.ndarray:
-    """Masses of consecutive cells from log CDF values: F_i (e^{log F_{i+1} - log F_i} - 1)."""
-    return np.asarray(np.exp(log_cdf[:-1]) * np.expm1(np.diff(log_cdf)))
+def _log_sf_max(
+    caps: np.ndarray, *, mean: float, sigma: float, steps: int, weight: float
+) -> np.ndarray:
+    """log P[max_t x_t > c] for the mixture of :func:`_log_cdf_max`, accurate where it is tiny.
+
+    ``1 - A^(s-1) B = (1 - A^(s-1)) + A^(s-1) (1 - B)`` with ``A = Phi(c/s)`` and ``B`` the
+    last factor, each term from survival functions in log space, so that no term rounds to 0
+    while it is representable as a logarithm (for small sigma it is e^{-1/sigma^2} and less).
+    """
+    z, z_shift = caps / sigma, (caps - mean) / sigma
+    rest = 1.0 - steps * weight
+    log_rest = math.log(rest) if rest > 0 else -math.inf
+    log_abar = special.log_ndtr(-z)  # log(1 - A)
+    head = np.full_like(z, -np.inf)  # log(1 - A^(s-1)): no other step when s = 1
+    if steps > 1:
+        # -expm1((s-1) log1p(-(1 - A))), or (s-1)(1 - A) once 1 - A underflows.
+        abar = np.exp(log_abar)
+        with np.errstate(divide="ignore"):
+            direct = np.log(-np.expm1((steps - 1) * np.log1p(-abar)))
+        head = np.where(abar > 1e-300, direct, math.log(steps - 1) + log_abar)
+    log_bbar = np.logaddexp(
+        log_rest + log_abar, math.log(steps * weight) + special.log_ndtr(-z_shift)
+    )
+    tail = (steps - 1) * special.log_ndtr(z) + log_bbar
+    return np.asarray(np.logaddexp(head, tail))
+
+
+def _log_differences(log_values: np.ndarray, *, increasing: bool) -> np.ndarray:
+    """log|v_{i+1} - v_i| from log v, as ``log hi + log(1 - e^{log lo - log hi})``.
+
+    The exponent is <= 0, so nothing overflows; a difference that rounds to <= 0 (or two zero
+    values) gets ``-inf``.
+    """
+    high, low = (
+        (log_values[1:], log_values[:-1]) if increasing else (log_values[:-1], log_values[1:])
+    )
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = high + np.log(-np.expm1(low - high))
+    return np.where(np.isnan(out), -np.inf, out)
+
+
+def _log_cell_masses(log_cdf: np.ndarray, log_sf: np.ndarray) -> np.ndarray:
+    """log masses of the bottom tail, the cells between consecutive caps, and the top tail.
+
+    A cell's mass is ``F_{i+1} - F_i`` (from the CDF where it is at most 1/2) or
+    ``S_i - S_{i+1}`` (from the survival function elsewhere), so that it never is a difference
+    of two numbers close to 1. It is kept in log space because for small sigma the two
+    hypotheses put their mass ~1/sigma standard deviations apart and every cell's mass
+    underflows under one of them. A cell whose mass rounds to <= 0 gets ``-inf``: dropping mass
+    only weakens a lower bound.
+    """
+    from_cdf = _log_differences(log_cdf, increasing=True)
+    from_sf = _log_differences(log_sf, increasing=False)
+    cells = np.where(log_cdf[1:] <= -math.log(2.0), from_cdf, from_sf)
+    return np.concatenate([log_cdf[:1], cells, log_sf[-1:]])
 
 
 def epoch_pmf(
@@ -80,7 +145,13 @@ def epoch_pmf(
 ) -> LossPmf:
     """Optimistic grid PLD of the statistic M = max_t x_t over one epoch of ``steps`` steps.
 
-    ``weight`` is B/N, the probability that the differing record is in a given batch.
+    ``weight`` is B/N, the probability that the differing record is in a given batch. Cell
+    losses are computed from log masses, so they stay finite where the masses underflow (small
+    sigma); losses above ``_LOSS_CAP`` (where ``e^{-loss}`` leaves floating point) are lowered
+    to it, and atoms whose lowered Q-mass still underflows are dropped -- both weaken the pair
+    (adding Q-mass, removing an atom), so the grid PLD stays dominated by the true pair. For
+    tiny sigma each epoch therefore contributes about ``_LOSS_CAP`` to epsilon: a valid, if
+    loose, lower bound.
     """
     sigma = noise_multiplier
     log_tail_each = _LOG_TAIL - math.log(steps)
@@ -89,22 +160,31 @@ def epoch_pmf(
     # Cells about one grid step of loss wide: the loss grows like (2 - 1) c / sigma^2 in c.
     gap = max(grid_spacing * sigma**2, (high - low) / _MAX_CELLS)
     caps = np.arange(low, high + gap, gap)
-    masses = []
-    for mean in (_MEAN_D, _MEAN_D_PRIME):
-        log_cdf = _log_cdf_max(caps, mean=mean, sigma=sigma, steps=steps, weight=weight)
-        cells = _cell_masses(log_cdf)
-        bottom, top = math.exp(log_cdf[0]), -math.expm1(log_cdf[-1])
-        masses.append(np.concatenate([[bottom], np.maximum(cells, 0.0), [top]]))
-    p, q = masses
-    keep = (p > 0) & (q > 0)
-    losses = np.log(p[keep]) - np.log(q[keep])
+    log_p, log_q = (
+        _log_cell_masses(
+            _log_cdf_max(caps, mean=mean, sigma=sigma, steps=steps, weight=weight),
+            _log_sf_max(caps, mean=mean, sigma=sigma, steps=steps, weight=weight),
+        )
+        for mean in (_MEAN_D, _MEAN_D_PRIME)
+    )
+    # True Q-masses are all positive: a cell whose Q-mass rounded to 0 is dropped, not +inf.
+    keep = np.isfinite(log_p) & np.isfinite(log_q)
+    log_p, log_q = log_p[keep], log_q[keep]
+    if log_p.size == 0:  # every cell's mass rounded to 0: nothing certified beyond zero
+        return LossPmf(grid_spacing, 0, np.zeros(1), 0.0)
+    cap = math.floor(_LOSS_CAP / grid_spacing)
+    losses = np.minimum(log_p - log_q, cap * grid_spacing)
+    p = np.exp(log_p)
+    q = np.exp(log_p - losses)  # >= the true Q-mass where the loss was lowered to the cap
+    usable = (p > 0) & (q > 0)
+    if not usable.any():
+        return LossPmf(grid_spacing, 0, np.zeros(1), 0.0)
     return garble_atoms(
-        p_masses=p,
-        q_masses=q,
+        p_masses=np.where(usable, p, 0.0),
+        q_masses=np.where(usable, q, 0.0),
         grid_spacing=grid_spacing,
-        min_index=math.floor(float(losses.min()) / grid_spacing) - 1,
-        max_index=math.ceil(float(losses.max()) / grid_spacing) + 1,
-        finite_losses=True,
+        min_index=math.floor(float(losses[usable].min()) / grid_spacing) - 1,
+        max_index=min(cap, math.ceil(float(losses[usable].max()) / grid_spacing) + 1),
     )
 
 
@@ -148,6 +228,9 @@ def shuffled_lower_bound(
     :class:`dpcore.torch.samplers.ShuffledBatchSampler` draws them); a last partial epoch
     counts with the steps it ran. ``noise_multiplier`` is sigma, the noise standard deviation
     over the clipping norm. See the module docstring for the pair and why the bound holds.
+    Every epoch adds at most about 700 (the largest loss kept in floating point) to epsilon,
+    so for tiny sigma the bound is valid but loose; sigma below 1e-6 is bounded as 1e-6 (adding
+    noise is a post-processing, so that bound holds for every smaller sigma).
 
     Example:
         >>> bound = shuffled_lower_bound(
@@ -164,8 +247,9 @@ def shuffled_lower_bound(
     h = check_positive("grid_spacing", grid_spacing)
     per_epoch = n // b
     epochs, rest = divmod(total, per_epoch)
+    computed = max(sigma, _MIN_NOISE_MULTIPLIER)
     parts = [
-        (epoch_pmf(noise_multiplier=sigma, steps=s, weight=b / n, grid_spacing=h), count)
+        (epoch_pmf(noise_multiplier=computed, steps=s, weight=b / n, grid_spacing=h), count)
         for s, count in ((per_epoch, epochs), (rest, 1))
         if s and count
     ]

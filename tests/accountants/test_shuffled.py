@@ -9,6 +9,7 @@ built from the whole statistic must reach (Chua et al. 2024, arXiv 2403.17673).
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -123,3 +124,68 @@ def test_bad_input_is_refused_by_name(kwargs: dict[str, float], parameter: str) 
     arguments.update(kwargs)
     with pytest.raises(InvalidParameterError, match=f"Expected {parameter}"):
         shuffled_lower_bound(**arguments)  # type: ignore[arg-type]
+
+
+def mixture_delta(sigma: float, epsilon: float) -> float:
+    """Exact delta(epsilon) of one step with N = 3, B = 2, by quadrature in log space.
+
+    The record sits in the single batch with probability 2/3 and in the dropped remainder
+    otherwise, so the whole output is one coordinate: P = N(0, s^2)/3 + 2 N(2, s^2)/3 against
+    Q = N(0, s^2)/3 + 2 N(1, s^2)/3. This integrates (p - e^eps q)_+ directly (independent of
+    the cells, the statistic and the grid of the bound).
+    """
+    x = np.linspace(-1.0 - 12 * sigma, 3.0 + 12 * sigma, 400_001)
+    log_p = np.logaddexp(
+        math.log(1 / 3) + stats.norm.logpdf(x, 0, sigma),
+        math.log(2 / 3) + stats.norm.logpdf(x, 2, sigma),
+    )
+    log_q = np.logaddexp(
+        math.log(1 / 3) + stats.norm.logpdf(x, 0, sigma),
+        math.log(2 / 3) + stats.norm.logpdf(x, 1, sigma),
+    )
+    gain = np.exp(log_p) * -np.expm1(np.minimum(epsilon + log_q - log_p, 0.0))
+    return float(np.sum(gain) * (x[1] - x[0]))
+
+
+TINY_SIGMAS = [1e-4, 1e-3, 0.005, 0.0131, 0.0132, 0.02, 0.1]
+
+
+@pytest.mark.parametrize("sigma", [0.01, 0.0131, 0.5])
+def test_tiny_noise_bound_is_below_the_exact_pair(sigma: float) -> None:
+    # Item 10: below sigma ~ 0.0131 every cell's mass underflowed under one hypothesis and the
+    # bound raised a raw ValueError; it must be a valid lower bound, i.e. below the exact pair.
+    bound = shuffled_lower_bound(noise_multiplier=sigma, dataset_size=3, batch_size=2, steps=1)
+    for epsilon in (0.5, 2.0, 50.0, 300.0, 650.0):
+        exact = mixture_delta(sigma, epsilon)
+        assert bound.delta(epsilon) <= exact * (1 + 1e-6) + 1e-12
+        if exact > 1e-3:  # and it is close wherever the losses stay below the 700 cap
+            assert bound.delta(epsilon) == pytest.approx(exact, rel=2e-3)
+
+
+@pytest.mark.parametrize("sigma", TINY_SIGMAS)
+def test_tiny_noise_multipliers_give_a_finite_lower_bound(sigma: float) -> None:
+    # Item 10's grid: no exception, a finite epsilon of about 700 per epoch once the losses
+    # exceed the floating-point cap, and below the deterministic-batch Gaussian upper bound.
+    bound = shuffled_lower_bound(noise_multiplier=sigma, dataset_size=20, batch_size=10, steps=2)
+    epsilon = bound.epsilon(1e-5)
+    assert math.isfinite(epsilon)
+    assert epsilon > (690.0 if sigma <= 0.02 else 80.0)
+    for eps in (10.0, 100.0, 500.0, 690.0):
+        assert bound.delta(eps) <= gaussian_delta(1 / sigma, eps) + 1e-12
+
+
+def test_tiny_noise_multipliers_are_monotone() -> None:
+    # More noise is a post-processing of less (add independent Gaussian noise to both
+    # outputs), so the true epsilon is non-increasing in sigma; the grid bound must follow it
+    # up to its rounding (one grid step per epoch). Three epochs compose to about 3 x 700.
+    sigmas = [1e-9, *TINY_SIGMAS, 0.3, 1.0]
+    values = [
+        shuffled_lower_bound(
+            noise_multiplier=sigma, dataset_size=100, batch_size=10, steps=30
+        ).epsilon(1e-5)
+        for sigma in sigmas
+    ]
+    assert values[0] == pytest.approx(2100.0, abs=0.01)
+    for smaller, larger in itertools.pairwise(values):
+        assert larger <= smaller + 3 * 2 * GRID
+    assert values[-1] < 10.0
