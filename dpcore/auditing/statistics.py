@@ -225,13 +225,11 @@ def _one_run_p_value(
     tail = float(stats.binom.sf(correct - 1, guesses, q))  # P[Bin(r, q) >= v]
     if delta == 0:
         return tail
-    extra = 0.0
-    for i in range(1, correct + 1):
-        # P[v > Bin >= v - i] = P[Bin <= v - 1] - P[Bin <= v - i - 1]
-        mass = float(
-            stats.binom.cdf(correct - 1, guesses, q) - stats.binom.cdf(correct - i - 1, guesses, q)
-        )
-        extra = max(extra, mass / i)
+    # P[v > Bin >= v - i] = P[Bin <= v - 1] - P[Bin <= v - i - 1] for i = 1..v, all at once.
+    steps = np.arange(1, correct + 1)
+    below = stats.binom.cdf(correct - 1, guesses, q)
+    mass = below - stats.binom.cdf(correct - steps - 1, guesses, q)
+    extra = max(0.0, float(np.max(mass / steps))) if correct > 0 else 0.0
     return tail + 2 * canaries * delta * extra
 
 
