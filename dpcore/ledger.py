@@ -326,6 +326,7 @@ class PrivacyLedger:
                 _Run(event_from_dict(run["event"]), check_count("count", run["count"], minimum=1))
                 for run in state["runs"]
             ]
+            _check_recorded_runs(ledger.sampler, [run.event for run in ledger._runs])
         except (KeyError, TypeError, InvalidParameterError) as error:
             raise StateError(f"Malformed ledger state: {error!r}.") from error
         return ledger
@@ -334,6 +335,24 @@ class PrivacyLedger:
         return isinstance(other, PrivacyLedger) and self.state_dict() == other.state_dict()
 
     __hash__ = None  # type: ignore[assignment]
+
+
+def _check_recorded_runs(sampler: str, events: list[DpEvent]) -> None:
+    """Raise :class:`StateError` unless ``events`` could have been appended by ``record``."""
+    for event in events:
+        if not (
+            isinstance(event, PoissonSampledEvent)
+            and isinstance(event.event, GaussianEvent | JLGaussianEvent)
+        ):
+            raise StateError(
+                f"Malformed ledger state: a step must be PoissonSampled(Gaussian) or "
+                f"PoissonSampled(JLGaussian), got {event}."
+            )
+    if sampler == "balls_in_bins" and len(set(events)) > 1:
+        raise StateError(
+            "Malformed ledger state: a balls-in-bins ledger holds one event throughout, got "
+            f"{len(set(events))}."
+        )
 
 
 def write_statement(path: str | Path, statement: dict[str, Any]) -> dict[str, Any]:

@@ -314,8 +314,21 @@ class LotLoader:
         """The sampler's state after the last lot consumed (prefetched lots are drawn again)."""
         return copy.deepcopy(self._resume)
 
+    def check_state_dict(self, state: Any) -> None:
+        """Refuse a state this loader's sampler could not continue; changes nothing.
+
+        Raises:
+            StateError: see :meth:`~dpcore.torch.samplers.PoissonSampler.check_state_dict`
+                (another kind, dataset size or rate, or a malformed state).
+        """
+        self.sampler.check_state_dict(state)
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue after the lots that :meth:`state_dict` had consumed."""
+        """Continue after the lots that :meth:`state_dict` had consumed.
+
+        Everything is checked first (:meth:`check_state_dict`); on error nothing changes.
+        """
+        self.check_state_dict(state)
         self.sampler.load_state_dict(copy.deepcopy(state))
         self._resume = copy.deepcopy(state)
 

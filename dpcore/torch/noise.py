@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from dpcore.errors import InvalidParameterError
+from dpcore.errors import InvalidParameterError, StateError
 from dpcore.secure_random import secure_standard_normals
 from dpcore.validation import check_count
 
@@ -39,8 +39,26 @@ class NoiseSource(abc.ABC):
         """State to resume the same stream (empty for sources that cannot be resumed)."""
         return {"name": self.name}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:  # noqa: B027 - optional hook
-        """Resume from :meth:`state_dict` (nothing to do for sources that cannot be resumed)."""
+    def check_state_dict(self, state: Any) -> None:
+        """Refuse a state :meth:`load_state_dict` could not resume; changes nothing.
+
+        Raises:
+            StateError: not a dict, or the state of another kind of source (its ``name``).
+        """
+        if not isinstance(state, dict):
+            raise StateError(f"Expected a noise source state (a dict), got {type(state).__name__}.")
+        if state.get("name") != self.name:
+            raise StateError(
+                f"Expected the state of a {self.name!r} noise source, got {state.get('name')!r}."
+            )
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from :meth:`state_dict` (nothing to assign for sources that cannot be resumed).
+
+        Raises:
+            StateError: see :meth:`check_state_dict` (nothing changes then).
+        """
+        self.check_state_dict(state)
 
 
 class SeededGaussianNoise(NoiseSource):
@@ -68,8 +86,21 @@ class SeededGaussianNoise(NoiseSource):
     def state_dict(self) -> dict[str, Any]:
         return {"name": self.name, "seed": self.seed, "generator": self.generator.get_state()}
 
+    def check_state_dict(self, state: Any) -> None:
+        super().check_state_dict(state)
+        seed = state.get("seed")
+        if type(seed) is not int or seed < 0:
+            raise StateError(f"Expected the noise seed to be an integer >= 0, got {seed!r}.")
+        if "generator" not in state:
+            raise StateError("The noise source state lacks 'generator'.")
+        try:
+            torch.Generator().set_state(state["generator"])
+        except (RuntimeError, TypeError, ValueError) as error:
+            raise StateError(f"The noise generator state is malformed: {error}") from None
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.seed = int(state["seed"])
+        self.check_state_dict(state)
+        self.seed = state["seed"]
         self.generator.set_state(state["generator"])
 
 

@@ -16,7 +16,8 @@ from typing import Any
 
 import torch
 
-from dpcore.errors import InvalidParameterError
+from dpcore.errors import InvalidParameterError, StateError
+from dpcore.torch.checkpoint import check_optimizer_state, require
 from dpcore.torch.noise import NoiseSource, SeededGaussianNoise
 from dpcore.torch.per_example.base import ClippedBatch, PerExampleEngine
 from dpcore.validation import check_positive
@@ -176,10 +177,40 @@ class DPOptimizer:
         self.optimizer.zero_grad(set_to_none=True)
 
     def state_dict(self) -> dict[str, Any]:
-        """The wrapped optimizer's state and the noise source's state."""
-        return {"optimizer": self.optimizer.state_dict(), "noise": self.noise.state_dict()}
+        """The wrapped optimizer's state (and its class name) and the noise source's state."""
+        return {
+            "optimizer_class": type(self.optimizer).__qualname__,
+            "optimizer": self.optimizer.state_dict(),
+            "noise": self.noise.state_dict(),
+        }
+
+    def check_state_dict(self, state: Any) -> None:
+        """Refuse a state that does not fit this optimizer; changes nothing.
+
+        Raises:
+            StateError: not a dict, a missing entry, another optimizer class, a wrapped state of
+                other groups or buffer shapes
+                (:func:`~dpcore.torch.checkpoint.check_optimizer_state`), or a noise state of
+                another source (:meth:`~dpcore.torch.noise.NoiseSource.check_state_dict`).
+        """
+        if not isinstance(state, dict):
+            raise StateError(f"Expected a DP optimizer state (a dict), got {type(state).__name__}.")
+        require(state, ("optimizer_class", "optimizer", "noise"), "optimizer state")
+        name = type(self.optimizer).__qualname__
+        if state["optimizer_class"] != name:
+            raise StateError(
+                f"The checkpoint's optimizer is a {state['optimizer_class']!r}; "
+                f"this one is {name!r}."
+            )
+        check_optimizer_state(self.optimizer, state["optimizer"])
+        self.noise.check_state_dict(state["noise"])
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume from :meth:`state_dict`."""
+        """Resume from :meth:`state_dict`; everything is checked first (nothing changes on error).
+
+        Raises:
+            StateError: see :meth:`check_state_dict`.
+        """
+        self.check_state_dict(state)
         self.optimizer.load_state_dict(state["optimizer"])
         self.noise.load_state_dict(state["noise"])

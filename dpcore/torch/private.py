@@ -40,8 +40,9 @@ import torch
 from torch import nn
 
 from dpcore.calibration import calibrate_noise
-from dpcore.errors import InvalidParameterError, StateError
+from dpcore.errors import DPCoreError, InvalidParameterError, StateError
 from dpcore.torch.batches import batch_size
+from dpcore.torch.checkpoint import check_ledger, require, seal, snapshot, verify
 from dpcore.torch.engines import make_engine
 from dpcore.torch.ledger import PrivacyLedger, training_statement, write_statement
 from dpcore.torch.loaders import LotLoader, MicroBatch, Split, split_pair
@@ -298,17 +299,25 @@ class PrivateOptimizer:
         """Write :meth:`privacy_statement` as JSON to ``path``; returns it."""
         return write_statement(path, self.privacy_statement(delta=delta, **extra))
 
+    def _check_between_lots(self, action: str) -> None:
+        if self._lot is not None:
+            raise StateError(
+                f"Lot {self._lot} is half processed; {action} after a step (when step() returns "
+                "a result), not between micro-batches."
+            )
+
     def state_dict(self) -> dict[str, Any]:
         """Optimizer, noise, JL directions, loader (lots consumed) and ledger, between lots.
+
+        A snapshot (tensors copied), sealed with an integrity digest: the sha256 of every entry,
+        tensors by dtype, shape and bytes (:mod:`dpcore.torch.checkpoint`; the model's state is
+        the user's to save). It detects corruption and accidental edits, not a deliberate
+        forger, who can recompute it.
 
         Raises:
             StateError: in the middle of a lot (its clipped sum is not part of any state).
         """
-        if self._lot is not None:
-            raise StateError(
-                f"Lot {self._lot} is half processed; save after a step (when step() returns a "
-                "result), not between micro-batches."
-            )
+        self._check_between_lots("save")
         state = {
             "optimizer": self.dp.state_dict(),
             "loader": self.loader.state_dict(),
@@ -316,18 +325,59 @@ class PrivateOptimizer:
         }
         if isinstance(self.engine, JLEngine):
             state["directions"] = self.engine.directions.state_dict()
-        return state
+        return seal(snapshot(state))
+
+    def check_state_dict(self, state: Any) -> PrivacyLedger:
+        """Refuse a state that does not belong to this optimizer and loader; changes nothing.
+
+        Checked: the integrity digest; every entry present; the optimizer's class, groups and
+        buffer shapes; the noise source's kind and state; the loader's sampler kind, dataset
+        size, rate and state; the JL directions' state; the ledger: well formed, of this
+        dataset size and sampler kind, and ending at the loader's lot count.
+
+        Returns:
+            The saved ledger, rebuilt.
+
+        Raises:
+            StateError: naming the first entry that does not fit.
+        """
+        verify(state, "optimizer checkpoint")
+        jl = isinstance(self.engine, JLEngine)
+        require(state, ("optimizer", "loader", "ledger"), "optimizer checkpoint")
+        if jl != ("directions" in state):
+            raise StateError(
+                "The checkpoint is of a run "
+                + ("without" if jl else "with")
+                + " JL directions; this optimizer's engine is "
+                + ("" if jl else "not ")
+                + "the JL engine."
+            )
+        try:
+            self.dp.check_state_dict(state["optimizer"])
+            self.loader.check_state_dict(state["loader"])
+            if isinstance(self.engine, JLEngine):
+                self.engine.directions.check_state_dict(state["directions"])
+            return check_ledger(state["ledger"], self.ledger, state["loader"]["lots_drawn"])
+        except (RuntimeError, TypeError, ValueError, AttributeError, KeyError) as error:
+            if isinstance(error, DPCoreError):
+                raise
+            raise StateError(f"Checkpoint does not fit this optimizer: {error!r}") from None
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume from :meth:`state_dict` (the model's own state is saved by the user)."""
-        try:
-            self.dp.load_state_dict(state["optimizer"])
-            self.loader.load_state_dict(state["loader"])
-            ledger = PrivacyLedger.from_state_dict(state["ledger"])
-            if isinstance(self.engine, JLEngine):
-                self.engine.directions.load_state_dict(state["directions"])
-        except KeyError as missing:
-            raise StateError(f"Checkpoint lacks {missing}.") from None
+        """Resume from :meth:`state_dict` (the model's own state is saved by the user).
+
+        Everything is checked first (:meth:`check_state_dict`); only then are the optimizer,
+        noise, loader, JL directions and ledger assigned. On error nothing has changed.
+
+        Raises:
+            StateError: see :meth:`check_state_dict`; also in the middle of a lot.
+        """
+        self._check_between_lots("load")
+        ledger = self.check_state_dict(state)
+        self.dp.load_state_dict(state["optimizer"])
+        self.loader.load_state_dict(state["loader"])
+        if isinstance(self.engine, JLEngine):
+            self.engine.directions.load_state_dict(state["directions"])
         self.ledger = ledger
 
 

@@ -75,23 +75,85 @@ class _Sampler:
     def __len__(self) -> int:
         return self.steps_per_epoch
 
+    def _config(self) -> dict[str, Any]:
+        """The constructor arguments a resumed sampler must share (besides the dataset size)."""
+        return {}
+
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to continue the same sequence of lots."""
+        """Everything needed to continue the same sequence of lots, and what it was drawn for
+        (kind, dataset size, rate or lot counts), so that another sampler refuses it."""
         return {
             "kind": self.kind,
+            "dataset_size": self.dataset_size,
+            **self._config(),
             "seed": self.seed,
             "lots_drawn": self.lots_drawn,
             "generator": self.generator.get_state(),
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from :meth:`state_dict` (of a sampler built with the same arguments)."""
+    def check_state_dict(self, state: Any) -> None:
+        """Refuse a state that :meth:`load_state_dict` could not continue; changes nothing.
+
+        Raises:
+            StateError: not a dict, a missing entry, another kind, dataset size, sampling
+                probability, batch size or steps per epoch, a malformed seed, lot count,
+                generator state or epoch draw.
+        """
+        if not isinstance(state, dict):
+            raise StateError(f"Expected a sampler state (a dict), got {type(state).__name__}.")
         if state.get("kind") != self.kind:
             raise StateError(
                 f"Expected sampler state of kind {self.kind!r}, got {state.get('kind')!r}."
             )
-        self.seed = int(state["seed"])
-        self.lots_drawn = int(state["lots_drawn"])
+        wanted = {"dataset_size": self.dataset_size, **self._config()}
+        for key in (*wanted, "seed", "lots_drawn", "generator"):
+            if key not in state:
+                raise StateError(f"The sampler state lacks {key!r}.")
+        for key, value in wanted.items():
+            if state[key] != value:
+                raise StateError(
+                    f"The sampler state was drawn with {key} = {state[key]!r}; this sampler has "
+                    f"{key} = {value!r}."
+                )
+        for key, limit in (("seed", 2**63), ("lots_drawn", None)):
+            value = state[key]
+            if type(value) is not int or value < 0 or (limit is not None and value >= limit):
+                raise StateError(
+                    f"Expected the sampler's {key} to be an integer >= 0, got {value!r}."
+                )
+        try:
+            torch.Generator().set_state(state["generator"])
+        except (RuntimeError, TypeError, ValueError) as error:
+            raise StateError(f"The sampler's generator state is malformed: {error}") from None
+        self._check_draw(state)
+
+    def _check_draw(self, state: dict[str, Any]) -> None:
+        """Subclasses: check the current epoch's draw held in ``state``."""
+
+    def _check_indices(self, draw: Any, what: str, bound: int) -> None:
+        """``draw`` is ``None`` or an int64 tensor of N values in [0, bound)."""
+        if draw is None:
+            return
+        if (
+            not isinstance(draw, torch.Tensor)
+            or draw.dtype != torch.int64
+            or draw.shape != (self.dataset_size,)
+        ):
+            raise StateError(
+                f"Expected the sampler's {what} to be an int64 tensor of {self.dataset_size} "
+                f"values, got {draw!r}."
+            )
+        if draw.numel() and (int(draw.min()) < 0 or int(draw.max()) >= bound):
+            raise StateError(f"The sampler's {what} holds values outside [0, {bound}).")
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state_dict` (of a sampler built with the same arguments).
+
+        Everything is checked first (:meth:`check_state_dict`): on error nothing changes.
+        """
+        self.check_state_dict(state)
+        self.seed = state["seed"]
+        self.lots_drawn = state["lots_drawn"]
         self.generator.set_state(state["generator"])
 
 
@@ -122,6 +184,9 @@ class PoissonSampler(_Sampler):
         if q == 0:
             raise InvalidParameterError("sampling_probability", "in (0, 1]", sampling_probability)
         self.sampling_probability = q
+
+    def _config(self) -> dict[str, Any]:
+        return {"sampling_probability": self.sampling_probability}
 
     @property
     def expected_lot_size(self) -> float:
@@ -192,10 +257,21 @@ class ShuffledBatchSampler(_Sampler):
         lot = self._permutation[position * self.batch_size : (position + 1) * self.batch_size]
         return torch.sort(lot).values
 
+    def _config(self) -> dict[str, Any]:
+        return {"batch_size": self.batch_size}
+
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state["permutation"] = self._permutation
         return state
+
+    def _check_draw(self, state: dict[str, Any]) -> None:
+        permutation = state.get("permutation")
+        self._check_indices(permutation, "permutation", self.dataset_size)
+        if permutation is not None and not torch.equal(
+            torch.sort(permutation).values, torch.arange(self.dataset_size)
+        ):
+            raise StateError("The sampler's permutation is not a permutation of the records.")
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
@@ -253,10 +329,16 @@ class BallsInBinsSampler(_Sampler):
         self.lots_drawn += 1
         return torch.nonzero(self._bins == position).flatten()
 
+    def _config(self) -> dict[str, Any]:
+        return {"steps_per_epoch": self._steps}
+
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state["bins"] = self._bins
         return state
+
+    def _check_draw(self, state: dict[str, Any]) -> None:
+        self._check_indices(state.get("bins"), "bins", self._steps)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)

@@ -21,6 +21,15 @@ from dpcore.accountants import accountant_class
 from dpcore.atomic import atomic_path
 from dpcore.errors import DPCoreError, InvalidParameterError, StateError, UnsupportedEventError
 from dpcore.torch.batches import Batch, batch_size, take
+from dpcore.torch.checkpoint import (
+    check_generator_state,
+    check_ledger,
+    check_model_state,
+    require,
+    seal,
+    snapshot,
+    verify,
+)
 from dpcore.torch.engines import make_engine
 from dpcore.torch.ledger import PrivacyLedger, training_statement, write_statement
 from dpcore.torch.noise import NoiseSource, SeededGaussianNoise
@@ -336,8 +345,7 @@ class DPTrainer:
         return write_statement(path, self.privacy_statement(delta=delta, **extra))
 
     # ------------------------------------------------------------------ checkpoints
-    def state_dict(self) -> dict[str, Any]:
-        """Model, optimizer (with noise), JL directions, sampler and ledger state."""
+    def _state(self) -> dict[str, Any]:
         state: dict[str, Any] = {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -349,37 +357,92 @@ class DPTrainer:
             state["directions"] = self.engine.directions.state_dict()
         return state
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume from :meth:`state_dict` (of a trainer built with the same arguments)."""
+    def state_dict(self) -> dict[str, Any]:
+        """Model, optimizer (with noise), JL directions, sampler, ledger and torch's RNG state.
+
+        A snapshot (tensors copied, so training on does not change it), sealed with an
+        integrity digest: the sha256 of every entry, tensors by dtype, shape and bytes
+        (:mod:`dpcore.torch.checkpoint`). It detects corruption and accidental edits, not a
+        deliberate forger, who can recompute it.
+        """
+        return seal(snapshot(self._state()))
+
+    def check_state_dict(self, state: Any) -> PrivacyLedger:
+        """Refuse a state that does not belong to this trainer; changes nothing.
+
+        Checked, in order: the integrity digest; every entry present; the model's keys, shapes
+        and dtypes; the optimizer's class, groups and buffer shapes; the noise source's kind and
+        state; the sampler's kind, dataset size, rate (or batch size, or steps per epoch) and
+        state; the JL directions' state; torch's RNG state; the ledger: well formed, of this
+        dataset size, sampler kind and steps per epoch, and ending at the sampler's lot count.
+
+        Returns:
+            The saved ledger, rebuilt.
+
+        Raises:
+            StateError: naming the first entry that does not fit.
+        """
+        verify(state)
+        jl = isinstance(self.engine, JLEngine)
+        require(state, ("model", "optimizer", "sampler", "ledger", "torch_rng"), "checkpoint")
+        if jl != ("directions" in state):
+            raise StateError(
+                "The checkpoint is of a run "
+                + ("without" if jl else "with")
+                + " JL directions; this trainer's engine is "
+                + ("" if jl else "not ")
+                + "the JL engine."
+            )
         try:
-            self.model.load_state_dict(state["model"])
-            self.optimizer.load_state_dict(state["optimizer"])
-            self.sampler.load_state_dict(state["sampler"])
-            ledger = PrivacyLedger.from_state_dict(state["ledger"])
+            check_model_state(self.model, state["model"])
+            self.optimizer.check_state_dict(state["optimizer"])
+            self.sampler.check_state_dict(state["sampler"])
             if isinstance(self.engine, JLEngine):
-                self.engine.directions.load_state_dict(state["directions"])
-            torch.set_rng_state(state["torch_rng"])
-        except KeyError as missing:
-            raise StateError(f"Checkpoint lacks {missing}.") from None
-        except (RuntimeError, TypeError, ValueError, AttributeError) as error:
+                self.engine.directions.check_state_dict(state["directions"])
+            check_generator_state(state["torch_rng"], "torch_rng")
+            return check_ledger(state["ledger"], self.ledger, state["sampler"]["lots_drawn"])
+        except (RuntimeError, TypeError, ValueError, AttributeError, KeyError) as error:
             if isinstance(error, DPCoreError):
                 raise
-            # torch's own refusals of mismatched state (keys, shapes, generator state sizes)
-            raise StateError(f"Checkpoint does not fit this trainer: {error}") from None
+            raise StateError(f"Checkpoint does not fit this trainer: {error!r}") from None
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from :meth:`state_dict` (of a trainer built with the same arguments).
+
+        Everything is checked first (:meth:`check_state_dict`); only then are the model,
+        optimizer, noise, sampler, JL directions, RNG and ledger assigned. On error nothing has
+        changed: the trainer goes on as if the load had not been tried.
+
+        Raises:
+            StateError: see :meth:`check_state_dict`.
+        """
+        ledger = self.check_state_dict(state)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.sampler.load_state_dict(state["sampler"])
+        if isinstance(self.engine, JLEngine):
+            self.engine.directions.load_state_dict(state["directions"])
+        torch.set_rng_state(state["torch_rng"])
         self.ledger = ledger
 
     def save_checkpoint(self, path: str | Path) -> None:
-        """Save :meth:`state_dict` with ``torch.save`` (written atomically, unique temporary)."""
+        """Save the sealed state (:meth:`state_dict`) with ``torch.save``, atomically.
+
+        A reader, or a process killed mid-save, sees the previous checkpoint or this one
+        (:mod:`dpcore.atomic`). The state is hashed and saved at once, without a copy.
+        """
+        state = seal(self._state())
         with atomic_path(path) as temporary:
-            torch.save(self.state_dict(), temporary)
+            torch.save(state, temporary)
 
     def load_checkpoint(self, path: str | Path) -> None:
         """Resume from a file written by :meth:`save_checkpoint`, on any device.
 
         Tensors are read onto the CPU first (a checkpoint written on a GPU resumes on a machine
         without one); the model and optimizer copy them to their own devices. A file that is not
-        such a checkpoint (truncated, another format, other keys or shapes) raises
-        :class:`~dpcore.errors.StateError`; a missing one ``FileNotFoundError``.
+        such a checkpoint (truncated, another format, other keys or shapes, a failed integrity
+        check, another run's sampler or ledger) raises :class:`~dpcore.errors.StateError`
+        before anything changes (:meth:`load_state_dict`); a missing one ``FileNotFoundError``.
         """
         path = Path(path)
         if not path.is_file():
