@@ -314,7 +314,15 @@ class PrivacyLedger:
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> PrivacyLedger:
-        """Rebuild a ledger from :meth:`state_dict`."""
+        """Rebuild a ledger from :meth:`state_dict`, checking that it is one :meth:`record` made.
+
+        Every run must be a count >= 1 of ``PoissonSampled(q, Gaussian(sigma))`` or
+        ``PoissonSampled(q, JLGaussian(sigma, r))``, and a balls-in-bins ledger must hold one
+        event throughout. Entries this version does not know are ignored.
+
+        Raises:
+            StateError: a state that is not such a ledger (nothing is built).
+        """
         try:
             ledger = cls(
                 dataset_size=state["dataset_size"],
