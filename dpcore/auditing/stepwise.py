@@ -5,17 +5,27 @@ step of a correct DP-SGD gives the auditor a score that is N(0, sigma^2) without
 N(1, sigma^2) with it, a Gaussian mechanism with mu = 1 / sigma (Dong, Roth, Su 2019). A
 threshold test bounds mu from below (:func:`distinguish`); the empirical noise multiplier
 1 / mu_lb composed with the claimed sampling gives epsilon_lb (:func:`composed_lower_bound`).
+Where the Gaussian shape of the scores may be trusted, ``distinguish(..., route="gaussian")``
+bounds mu from the scores' mean shift and spread instead (exact t / chi-square intervals,
+:mod:`dpcore.auditing.gaussian_scores`), which is tighter at the same number of runs;
+:func:`dpcore.auditing.gaussian_scores.runs_for_mu_ratio` sizes the runs for it.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
 
 from dpcore.accountants import PldAccountant
+from dpcore.auditing.gaussian_scores import gaussian_mu_lower_bound
 from dpcore.auditing.statistics import AuditBound, threshold_sweep_lower_bound
+from dpcore.errors import InvalidParameterError
 from dpcore.events import dpsgd_event
+
+#: The routes :func:`distinguish` offers: assumption-free thresholds, or Gaussian scores.
+ROUTES = ("threshold", "gaussian")
 
 #: Below this noise multiplier the PLD grid gets needlessly fine; flooring sigma_emp there only
 #: makes the bound smaller (still valid).
@@ -78,9 +88,29 @@ def distinguish(
     confidence: float,
     held_out_fraction: float,
     seed: int,
+    route: str = "threshold",
 ) -> tuple[float, float]:
-    """(mu_lb, threshold) by the GDP route (Clopper–Pearson rates, union bound), threshold
-    from :func:`two_tailed_grid` on a held-out part (:func:`held_out_threshold_bound`)."""
+    """(mu_lb, threshold): a lower confidence bound on one step's mu from its scores.
+
+    ``route="threshold"`` (the default, assumption-free, for untrusted implementations): the
+    GDP route (Clopper–Pearson rates, union bound) at a threshold chosen from
+    :func:`two_tailed_grid` on a held-out part (:func:`held_out_threshold_bound`).
+    ``route="gaussian"``: :func:`dpcore.auditing.gaussian_scores.gaussian_mu_lower_bound`
+    (two-sided, all scores, no held-out part; valid only if the scores are independent and
+    Gaussian with one sigma in both worlds, as under a correct DP-SGD; Nasr et al. 2023,
+    Sec. 5-6); the threshold is then NaN and ``held_out_fraction`` and ``seed`` are unused.
+
+    Raises:
+        InvalidParameterError: ``route`` is not one of :data:`ROUTES` (before any work), or
+            a score or parameter is invalid.
+    """
+    if route not in ROUTES:
+        raise InvalidParameterError("route", f"in {list(ROUTES)}", route)
+    if route == "gaussian":
+        gaussian = gaussian_mu_lower_bound(
+            negative, positive, confidence=confidence, two_sided=True
+        )
+        return gaussian.mu_lower, math.nan
     bound, threshold = held_out_threshold_bound(
         negative,
         positive,
