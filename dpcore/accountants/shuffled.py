@@ -57,6 +57,15 @@ _MEAN_D, _MEAN_D_PRIME = 2.0, 1.0
 #: smaller one plus independent Gaussian noise (a post-processing), so its lower bound holds for
 #: every smaller sigma. Each epoch already reaches the loss cap (about 700) below sigma ~ 0.03.
 _MIN_NOISE_MULTIPLIER = 1e-6
+#: Above this noise multiplier the bound is the trivial epsilon = 0 (always valid); the true
+#: epsilon is then below 1e-90 for any step count, and sigma^2 would leave floating point.
+_MAX_NOISE_MULTIPLIER = 1e100
+#: Range of ``grid_spacing``: finer grids need more than 10^7 points per epoch.
+_MIN_GRID_SPACING, _MAX_GRID_SPACING = 1e-4, 1.0
+#: Largest support of the composed grid (sum over epochs of each epoch's grid points); beyond
+#: it the grid is coarsened, so that the FFT stays a few seconds (at the loss cap every epoch
+#: spans 700 / grid_spacing points).
+_MAX_COMPOSED_SPAN = 2**24
 #: Largest loss a cell keeps (:func:`dpcore.pld.loss_pmf.garble_atoms` caps losses at 700 too,
 #: where e^{-loss} still exists in floating point); larger losses are lowered to it.
 _LOSS_CAP = 700.0
@@ -230,7 +239,22 @@ def shuffled_lower_bound(
     over the clipping norm. See the module docstring for the pair and why the bound holds.
     Every epoch adds at most about 700 (the largest loss kept in floating point) to epsilon,
     so for tiny sigma the bound is valid but loose; sigma below 1e-6 is bounded as 1e-6 (adding
-    noise is a post-processing, so that bound holds for every smaller sigma).
+    noise is a post-processing, so that bound holds for every smaller sigma), and above 1e100
+    the bound is 0. Where the composed grid would exceed 2^24 points (many epochs at large
+    losses) ``grid_spacing`` is coarsened to fit: a coarser grid only loosens the bound.
+
+    Args:
+        noise_multiplier: sigma > 0.
+        dataset_size: N >= 1.
+        batch_size: B in [1, N].
+        steps: T >= 0.
+        grid_spacing: loss grid h in [1e-4, 1] (each epoch's losses are rounded down by < h).
+
+    Returns:
+        The composed bound; query it with :meth:`ShuffledLowerBound.epsilon` or ``delta``.
+
+    Raises:
+        InvalidParameterError: a parameter outside the ranges above, or more than 10^9 epochs.
 
     Example:
         >>> bound = shuffled_lower_bound(
@@ -245,12 +269,25 @@ def shuffled_lower_bound(
         raise InvalidParameterError("batch_size", f"<= dataset_size = {n}", b)
     total = check_count("steps", steps)
     h = check_positive("grid_spacing", grid_spacing)
+    if not _MIN_GRID_SPACING <= h <= _MAX_GRID_SPACING:
+        raise InvalidParameterError(
+            "grid_spacing", f"in [{_MIN_GRID_SPACING:g}, {_MAX_GRID_SPACING:g}]", grid_spacing
+        )
     per_epoch = n // b
     epochs, rest = divmod(total, per_epoch)
+    if sigma > _MAX_NOISE_MULTIPLIER:  # the trivial bound, epsilon = 0 (see the constant)
+        return ShuffledLowerBound(sigma, n, b, total, compose_many([]))
     computed = max(sigma, _MIN_NOISE_MULTIPLIER)
-    parts = [
-        (epoch_pmf(noise_multiplier=computed, steps=s, weight=b / n, grid_spacing=h), count)
-        for s, count in ((per_epoch, epochs), (rest, 1))
-        if s and count
-    ]
-    return ShuffledLowerBound(sigma, n, b, total, compose_many(parts))
+
+    def parts(spacing: float) -> list[tuple[LossPmf, int]]:
+        return [
+            (epoch_pmf(noise_multiplier=computed, steps=s, weight=b / n, grid_spacing=spacing), k)
+            for s, k in ((per_epoch, epochs), (rest, 1))
+            if s and k
+        ]
+
+    pieces = parts(h)
+    span = sum(count * (pmf.pmf.size - 1) for pmf, count in pieces)
+    if span > _MAX_COMPOSED_SPAN:  # a coarser grid: still a valid lower bound, only looser
+        pieces = parts(h * math.ceil(span / _MAX_COMPOSED_SPAN))
+    return ShuffledLowerBound(sigma, n, b, total, compose_many(pieces))

@@ -189,3 +189,32 @@ def test_tiny_noise_multipliers_are_monotone() -> None:
     for smaller, larger in itertools.pairwise(values):
         assert larger <= smaller + 3 * 2 * GRID
     assert values[-1] < 10.0
+
+
+def test_many_epochs_at_the_loss_cap_coarsen_the_grid() -> None:
+    # 50 epochs whose losses sit at the 700 cap would compose 35M grid points (a 30 s FFT); the
+    # grid is coarsened instead. Reference: each epoch has loss 0 (the record was dropped, 1/7)
+    # or the cap (6/7), so the loss is 700 K with K ~ Binomial(50, 6/7).
+    bound = shuffled_lower_bound(noise_multiplier=0.01, dataset_size=7, batch_size=2, steps=150)
+    assert bound.pmf.grid_spacing > GRID
+    k = np.arange(51)
+    weights = stats.binom.pmf(k, 50, 6 / 7)
+    for epsilon in (25_000.0, 30_000.0, 34_000.0):
+        reference = float(np.sum(weights * -np.expm1(np.minimum(epsilon - 700.0 * k, 0.0))))
+        assert bound.delta(epsilon) == pytest.approx(reference, abs=1e-6)
+    assert 34_000.0 < bound.epsilon(1e-5) <= 35_000.0
+
+
+@pytest.mark.parametrize("sigma", [1e101, 1e300])
+def test_huge_noise_multiplier_gives_the_trivial_bound(sigma: float) -> None:
+    # sigma^2 overflowed (OverflowError on the command line); epsilon = 0 is a valid lower bound.
+    bound = shuffled_lower_bound(noise_multiplier=sigma, dataset_size=20, batch_size=10, steps=4)
+    assert bound.epsilon(1e-5) == 0.0
+
+
+@pytest.mark.parametrize("spacing", [1e-300, 5e-5, 2.0, math.inf, math.nan])
+def test_grid_spacing_out_of_range_is_refused_by_name(spacing: float) -> None:
+    with pytest.raises(InvalidParameterError, match="Expected grid_spacing"):
+        shuffled_lower_bound(
+            noise_multiplier=1.0, dataset_size=20, batch_size=10, steps=2, grid_spacing=spacing
+        )
