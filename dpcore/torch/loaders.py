@@ -34,6 +34,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 
 from dpcore.errors import InvalidParameterError, StateError
 from dpcore.torch.samplers import PoissonSampler, ShuffledBatchSampler
+from dpcore.torch.workers import DieWithParent
 from dpcore.validation import check_count
 
 __all__ = ["LotBatchSampler", "LotLoadError", "LotLoader", "MicroBatch", "Split", "split_pair"]
@@ -166,7 +167,9 @@ class LotLoader:
         **loader_options: passed to ``torch.utils.data.DataLoader`` (``collate_fn``,
             ``num_workers``, ``pin_memory``, ``persistent_workers``, ...); options that choose
             examples (``batch_size``, ``shuffle``, ``sampler``, ``batch_sampler``, ``drop_last``)
-            are refused: the lots must be the sampler's.
+            are refused: the lots must be the sampler's. With ``num_workers``, the
+            ``worker_init_fn`` is wrapped so that on Linux each worker is killed when the process
+            that started it dies, even by SIGKILL (:mod:`dpcore.torch.workers`).
 
     Raises:
         InvalidParameterError: an ``IterableDataset`` (no size, so no Poisson sampling), a sampler
@@ -233,6 +236,8 @@ class LotLoader:
         self.dataset = dataset
         self.sampler = sampler
         self.batch_sampler = LotBatchSampler(sampler, max_physical_batch_size)
+        if "num_workers" in loader_options:  # workers die with this process (Linux)
+            loader_options["worker_init_fn"] = DieWithParent(loader_options.get("worker_init_fn"))
         self.loader: DataLoader[Any] = DataLoader(
             dataset, batch_sampler=self.batch_sampler, **loader_options
         )

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -162,3 +168,79 @@ def test_pin_memory_passes_through_to_the_data_loader() -> None:
     else:  # torch says it will not pin without an accelerator, and loads as usual
         with pytest.warns(UserWarning, match="pin_memory"):
             assert _lots(loader) == expected
+
+
+_ORPHAN_CHILD = r"""
+import os, sys, time
+import torch
+from torch.utils.data import Dataset
+from dpcore.torch.loaders import LotLoader
+
+folder = sys.argv[1]
+
+
+class Slow(Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, index):
+        time.sleep(120)  # busy in __getitem__: torch's own watchdog never looks for the parent
+        return torch.zeros(1)
+
+
+def announce(worker_id):
+    path = os.path.join(folder, f"worker{worker_id}")
+    with open(path + ".tmp", "w") as handle:
+        handle.write(str(os.getpid()))
+    os.replace(path + ".tmp", path)
+
+
+loader = LotLoader(Slow(), sampling_probability=0.5, seed=0, num_workers=2, worker_init_fn=announce)
+for _ in loader:
+    pass
+"""
+
+
+def _exited(pid: int) -> bool:
+    """Linux: absent from /proc, or a zombie nobody reaped yet (it runs nothing more)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in ("Z", "X")
+
+
+def test_workers_die_when_their_parent_is_sigkilled(tmp_path: Path) -> None:
+    """A process iterating a LotLoader with 2 workers is SIGKILLed while the workers load: within
+    a few seconds no worker survives it (it would for minutes: it is busy in __getitem__)."""
+    root = Path(__file__).resolve().parents[2]
+    env = {"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+    child = subprocess.Popen(
+        [sys.executable, "-c", _ORPHAN_CHILD, str(tmp_path)], env=env, stderr=subprocess.PIPE
+    )
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(workers) < 2:
+            assert child.poll() is None, child.communicate()[1].decode()[-2000:]
+            assert time.monotonic() < deadline, "the workers did not start"
+            files = [tmp_path / f"worker{i}" for i in range(2)]
+            if all(path.exists() for path in files):
+                workers = [int(path.read_text()) for path in files]
+            time.sleep(0.05)
+        assert all(not _exited(pid) for pid in workers)
+        child.kill()
+        child.wait()
+        deadline = time.monotonic() + 3
+        while not all(_exited(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [pid for pid in workers if not _exited(pid)] == []
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        for pid in workers:  # clean up after a failure: these are this test's processes
+            if not _exited(pid):
+                os.kill(pid, signal.SIGKILL)
+        if child.stderr is not None:
+            child.stderr.close()
