@@ -6,21 +6,25 @@ the auditor guesses inclusion for r of them and gets v right) but tests the hypo
 mechanism is f-DP" against the whole tradeoff curve f instead of one (epsilon, delta) pair. For
 the Gaussian curve this gives a lower confidence bound on mu, and the epsilon it implies, that is
 tighter than Steinke et al.'s Thm 5.2 on the same outcomes (about 1.0 against 0.6 at m = 1000,
-r = 200 and a true epsilon of 2 at delta = 1e-5, see the tests).
+r = 200 and a true epsilon of 2 at delta = 1e-5, see the tests). :func:`one_run_fdp_rejects`
+runs the same test against any claimed curve from :mod:`dpcore.tradeoff`.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
+import numpy as np
 from scipy import optimize, special
 
 from dpcore.auditing.statistics import AuditBound, _check_confidence
 from dpcore.errors import InvalidParameterError
 from dpcore.mechanisms.gaussian import gdp_epsilon
+from dpcore.tradeoff.base import TradeoffFunction
 from dpcore.validation import check_count, check_delta
 
-__all__ = ["one_run_gdp_excess", "one_run_gdp_lower_bound"]
+__all__ = ["one_run_fdp_rejects", "one_run_gdp_excess", "one_run_gdp_lower_bound"]
 
 #: Beyond this mu the bound is reported as infinite (epsilon of such a mu is astronomically large).
 MU_CAP = 1e3
@@ -37,13 +41,42 @@ def _check_outcome(canaries: int, guesses: int, correct: int) -> tuple[int, int,
     return m, r, v
 
 
-def _excess(mu: float, m: int, r: int, v: int, gamma: float) -> float:
-    """r_0 + h_0 - r/m of the recursion (> 0: mu-GDP is rejected). Inputs already checked."""
+def _gdp_inverse_blow_up(mu: float) -> Callable[[float], float]:
+    """f-bar^{-1}(y) = Phi(Phi^{-1}(y) - mu) for f = G_mu, f-bar(x) = 1 - f(x)."""
+
+    def inverse(y: float) -> float:
+        return float(special.ndtr(special.ndtri(y) - mu))
+
+    return inverse
+
+
+def _polygon_inverse_blow_up(f: TradeoffFunction) -> Callable[[float], float]:
+    """f-bar^{-1}(y) = inf{x : 1 - g(x) >= y} for the polygon g = symmetrise(f) <= f.
+
+    g is piecewise linear, so the inverse of the non-decreasing 1 - g is piecewise linear
+    through the vertices and linear interpolation is exact; where 1 - g is flat (only at its
+    top, g = 0, by convexity) the first vertex of the flat is kept, which is the infimum.
+    """
+    alpha, beta = f.symmetrise().points()
+    blow_up, first = np.unique(1.0 - beta, return_index=True)
+    at = alpha[first]
+
+    def inverse(y: float) -> float:
+        if y <= blow_up[0]:
+            return 0.0
+        if y > blow_up[-1]:
+            return 1.0
+        return float(np.interp(y, blow_up, at))
+
+    return inverse
+
+
+def _excess(inverse: Callable[[float], float], m: int, r: int, v: int, gamma: float) -> float:
+    """r_0 + h_0 - r/m of the recursion (> 0: f-DP is rejected). Inputs already checked."""
     right = gamma * v / m
     wrong = gamma * (r - v) / m
     for i in range(v - 1, -1, -1):
-        # f-bar^{-1}(y) = Phi(Phi^{-1}(y) - mu) for mu-GDP, f-bar(x) = 1 - f(x).
-        floor = float(special.ndtr(special.ndtri(min(right, 1.0)) - mu))
+        floor = inverse(min(right, 1.0))
         if floor <= wrong:
             break  # h stays, so r stays, so every later step is the same: fixed point
         right = min(right + i / (r - i) * (floor - wrong), 1.0)
@@ -91,7 +124,7 @@ def one_run_gdp_excess(
         raise InvalidParameterError("mu", ">= 0", mu)
     m, r, v = _check_outcome(canaries, guesses, correct)
     gamma = 1 - _check_confidence(confidence)
-    return _excess(float(mu), m, r, v, gamma)
+    return _excess(_gdp_inverse_blow_up(float(mu)), m, r, v, gamma)
 
 
 def one_run_gdp_lower_bound(
@@ -144,7 +177,7 @@ def one_run_gdp_lower_bound(
     gamma = 1 - confidence
 
     def excess(mu: float) -> float:
-        return _excess(mu, m, r, v, gamma)
+        return _excess(_gdp_inverse_blow_up(mu), m, r, v, gamma)
 
     if v == 0 or excess(0.0) <= 0:
         return AuditBound(0.0, confidence, "one_run_gdp", mu_lower=0.0)
@@ -162,3 +195,44 @@ def one_run_gdp_lower_bound(
         step *= 2
     mu = max(mu, low)
     return AuditBound(gdp_epsilon(mu=mu, delta=delta), confidence, "one_run_gdp", mu_lower=mu)
+
+
+def one_run_fdp_rejects(
+    tradeoff: TradeoffFunction,
+    *,
+    canaries: int,
+    guesses: int,
+    correct: int,
+    confidence: float = 0.95,
+) -> bool:
+    """Whether the one-run audit rejects "the mechanism is f-DP" for a claimed curve f.
+
+    The test of :func:`one_run_gdp_excess` with any tradeoff function in place of G_mu
+    (Mahloujifar, Melis, Chaudhuri 2025, arXiv 2410.22235 -- the paper's general form: e.g. the
+    claimed curve of DP-SGD from :mod:`dpcore.tradeoff`). f is replaced by the polygon
+    ``f.symmetrise()`` <= f (the symmetric curve implied under add/remove, exact at vertices),
+    whose blow-up inverse is exact; a lower curve is a weaker claim and lowers the statistic, so
+    a correct f-DP mechanism is rejected with probability <= 1 - confidence.
+
+    Args:
+        tradeoff: the claimed tradeoff function f (per canary).
+        canaries, guesses, correct, confidence: as in :func:`one_run_gdp_excess`.
+
+    Returns:
+        True when the outcome rejects f-DP at level 1 - confidence (evidence of a violation).
+
+    Raises:
+        InvalidParameterError: ``tradeoff`` is not a TradeoffFunction, or a count or the
+            confidence is outside its range.
+
+    >>> from dpcore.tradeoff import GaussianTradeoff
+    >>> one_run_fdp_rejects(GaussianTradeoff(0.3), canaries=1000, guesses=200, correct=150)
+    True
+    >>> one_run_fdp_rejects(GaussianTradeoff(0.4), canaries=1000, guesses=200, correct=150)
+    False
+    """
+    if not isinstance(tradeoff, TradeoffFunction):
+        raise InvalidParameterError("tradeoff", "to be a TradeoffFunction", tradeoff)
+    m, r, v = _check_outcome(canaries, guesses, correct)
+    gamma = 1 - _check_confidence(confidence)
+    return _excess(_polygon_inverse_blow_up(tradeoff), m, r, v, gamma) > 0

@@ -8,10 +8,15 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from dpcore.auditing.one_run_fdp import one_run_gdp_excess, one_run_gdp_lower_bound
+from dpcore.auditing.one_run_fdp import (
+    one_run_fdp_rejects,
+    one_run_gdp_excess,
+    one_run_gdp_lower_bound,
+)
 from dpcore.auditing.statistics import one_run_epsilon_lower_bound
 from dpcore.errors import InvalidParameterError
 from dpcore.mechanisms.gaussian import gdp_epsilon
+from dpcore.tradeoff import EpsilonDeltaTradeoff, GaussianTradeoff
 
 DELTA = 1e-5
 #: mu whose epsilon at delta = 1e-5 is 2 (the "epsilon = 2" setting), about 0.5016.
@@ -145,3 +150,55 @@ def test_bad_inputs(kwargs: dict[str, object], parameter: str) -> None:
 def test_bad_mu(mu: float) -> None:
     with pytest.raises(InvalidParameterError, match="Expected mu"):
         one_run_gdp_excess(mu, canaries=10, guesses=4, correct=3)
+
+
+@pytest.mark.parametrize("correct", [130, 150, 175])
+def test_general_curve_agrees_with_the_gdp_route(correct: int) -> None:
+    # The same test through a TradeoffFunction (polygon of G_mu): it rejects just below the
+    # GDP route's mu_lb and keeps just above it.
+    bound = one_run_gdp_lower_bound(canaries=1000, guesses=200, correct=correct, delta=DELTA)
+    assert bound.mu_lower is not None and bound.mu_lower > 0.02
+    outcome = {"canaries": 1000, "guesses": 200, "correct": correct}
+    assert one_run_fdp_rejects(GaussianTradeoff(bound.mu_lower - 0.005), **outcome)
+    assert not one_run_fdp_rejects(GaussianTradeoff(bound.mu_lower + 0.005), **outcome)
+
+
+def _smallest_rejected(claim: EpsilonDeltaTradeoff, m: int, r: int) -> int | None:
+    """The fewest right guesses that reject the claim (bisection; the test is monotone in v)."""
+    if not one_run_fdp_rejects(claim, canaries=m, guesses=r, correct=r):
+        return None
+    low, high = 0, r  # low kept, high rejected
+    while high - low > 1:
+        middle = (low + high) // 2
+        if one_run_fdp_rejects(claim, canaries=m, guesses=r, correct=middle):
+            high = middle
+        else:
+            low = middle
+    assert not one_run_fdp_rejects(claim, canaries=m, guesses=r, correct=high - 1)
+    return high
+
+
+@pytest.mark.parametrize(
+    ("epsilon", "m", "r"), [(1.0, 1000, 1000), (1.0, 200, 200), (0.5, 100, 100), (2.0, 1000, 200)]
+)
+def test_exact_size_on_randomized_response(epsilon: float, m: int, r: int) -> None:
+    # Randomized response (report the bit with probability q = e^eps / (1 + e^eps)) is the
+    # extremal eps-DP mechanism and its guesses are independent: v ~ Binomial(r, q) exactly, so
+    # the probability that the audit rejects the true claim f_{eps,0} is computed exactly. It
+    # must be <= 5% (measured 2.9% to 4.2%: the test is not vacuous either).
+    q = math.exp(epsilon) / (1 + math.exp(epsilon))
+    smallest = _smallest_rejected(EpsilonDeltaTradeoff(epsilon), m, r)
+    assert smallest is not None
+    size = float(stats.binom.sf(smallest - 1, r, q))
+    assert 0.02 <= size <= 0.05
+
+
+def test_detects_a_mechanism_weaker_than_claimed() -> None:
+    # Claimed eps = 1, actual randomized response at eps = 2: rejected with probability > 99%
+    # (exact, 200 canaries, all guessed).
+    smallest = _smallest_rejected(EpsilonDeltaTradeoff(1.0), 200, 200)
+    assert smallest is not None
+    q_actual = math.exp(2.0) / (1 + math.exp(2.0))
+    assert float(stats.binom.sf(smallest - 1, 200, q_actual)) > 0.99
+    with pytest.raises(InvalidParameterError, match="Expected tradeoff"):
+        one_run_fdp_rejects("G_1", canaries=10, guesses=4, correct=3)  # type: ignore[arg-type]
