@@ -1,9 +1,9 @@
 """A parametric lower confidence bound on mu from Gaussian per-step scores, and its run count.
 
-Nasr et al. 2023 (arXiv 2302.07956, Sec. 5-6) observe that in a white-box audit of DP-SGD each
+Nasr et al. 2023 (arXiv 2302.07956, Sec. 5-6) use that in a white-box audit of DP-SGD each
 step's score is N(0, sigma^2) without the canary and N(1, sigma^2) with it, so one step is the
-mu-GDP pair with mu = 1 / sigma (Dong, Roth, Su 2019, Thm 2.7), and estimate mu from the scores'
-spread. Trusting that shape, mu = |d| / sigma with d the mean shift is bounded from below with
+mu-GDP pair with mu = 1 / sigma (Dong, Roth, Su 2019, Thm 2.7), an empirical sigma giving an
+empirical mu. Trusting that shape, mu = |d| / sigma with d the mean shift is bounded from below with
 the classical exact intervals (a t interval for d, a chi-square interval for sigma, joined by a
 union bound), using every score and no threshold, which is much tighter than the
 assumption-free threshold route (:func:`dpcore.auditing.stepwise.held_out_threshold_bound`)

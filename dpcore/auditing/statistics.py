@@ -242,7 +242,9 @@ def one_run_epsilon_lower_bound(
     ``guesses`` (r) of them and gets ``correct`` (v) right. With q_eps = e^eps / (1 + e^eps),
     p(eps) = P[Bin(r, q_eps) >= v] + 2 m delta max_{i>=1} P[v > Bin(r, q_eps) >= v - i] / i,
     and epsilon_lb = sup{eps : p(eps) < 1 - confidence}. ``guesses`` must be fixed before
-    seeing the scores (or chosen with a correction, as for thresholds).
+    seeing the scores (or chosen with a correction, as for thresholds). For mechanisms audited
+    as Gaussian DP, :func:`dpcore.auditing.one_run_fdp.one_run_gdp_lower_bound` is tighter on
+    the same outcomes.
     """
     m = check_count("canaries", canaries, minimum=1)
     r = check_count("guesses", guesses)
