@@ -1,7 +1,7 @@
 """One rank of dpcore's data-parallel trainer on an audit task (spawned by
-:mod:`audits.implementations.dpcore_distributed`): gloo on CPU, the task's linear model and
-squared loss, :class:`dpcore.torch.distributed.DistributedDPTrainer`. Rank 0 writes the weights
-after every step and every step's union lot (gathered from the ranks).
+:mod:`audits.implementations.dpcore_distributed`): gloo on CPU, the task's model and loss
+(built from its spec), :class:`dpcore.torch.distributed.DistributedDPTrainer`. Rank 0 writes
+the parameters after every step and every step's union lot (gathered from the ranks).
 
 ``bug="noise averaged over ranks"`` plants the classic data-parallel mistake with real per-rank
 draws: every rank draws its own N(0, sigma^2 C^2) and the ranks *average* their noises (so that
@@ -17,8 +17,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from audits.implementations.dpcore_torch import linear_model, squared_loss
 from dpcore.auditing.implementation import AuditTask
+from dpcore.auditing.models import ModelSpec
+from dpcore.auditing.torch_model import parameters_of, torch_loss, torch_model, torch_targets
 from dpcore.torch.distributed import AllReduceDPOptimizer, DistributedDPTrainer
 from dpcore.torch.noise import SeededGaussianNoise
 from dpcore.torch.per_example.base import ClippedBatch
@@ -64,13 +65,19 @@ def run(rank: int, world: int, init_file: str, folder: str, bug: str) -> None:
         delta=float(saved["delta"]),
         seed=int(saved["seed"]),
         report_epsilon=bool(saved["report_epsilon"]),
+        model=ModelSpec(
+            tuple(int(v) for v in saved["layers"]),
+            bias=bool(saved["bias"]),
+            activation=str(saved["activation"]),
+            loss=str(saved["loss"]),
+        ),
     )
-    model = linear_model(task)
+    model = torch_model(task)
     trainer = DistributedDPTrainer(
         model,
         inputs=torch.from_numpy(task.features),
-        targets=torch.from_numpy(task.targets),
-        loss_fn=squared_loss,
+        targets=torch_targets(task),
+        loss_fn=torch_loss(task),
         optimizer=torch.optim.SGD(model.parameters(), lr=task.learning_rate),
         noise_multiplier=task.noise_multiplier,
         max_grad_norm=task.max_grad_norm,
@@ -97,7 +104,7 @@ def run(rank: int, world: int, init_file: str, folder: str, bug: str) -> None:
         trainer.step()
         every: list[torch.Tensor | None] = [None] * world
         dist.all_gather_object(every, local, group=trainer.group)
-        weights.append(model.weight.detach().reshape(-1).numpy().copy())
+        weights.append(np.concatenate([p.reshape(-1) for p in parameters_of(model)]))
         lots.append(torch.cat([t for t in every if t is not None]).numpy())
     if rank == 0:
         epsilon = trainer.epsilon(delta=task.delta) if task.report_epsilon else np.nan

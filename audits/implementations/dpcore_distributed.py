@@ -43,6 +43,10 @@ class DpcoreDistributed:
                 delta=task.delta,
                 seed=task.seed,
                 report_epsilon=task.report_epsilon,
+                layers=np.array(task.spec.layers),
+                bias=task.spec.bias,
+                activation=task.spec.activation,
+                loss=task.spec.loss,
             )
             mp.start_processes(
                 distributed_worker.run,
@@ -65,7 +69,7 @@ class DpcoreDistributed:
             max_grad_norm=task.max_grad_norm,
             steps=task.steps,
             delta=task.delta,
-            divisor=divisor,
+            divisor=divisor,  # the trainer's expected lot size
             epsilon=None if math.isnan(epsilon) else epsilon,
             accountant="dpcore pld (certified upper)",
         )

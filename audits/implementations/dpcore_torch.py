@@ -5,7 +5,6 @@ can report each lot; the index never reaches the model)."""
 from __future__ import annotations
 
 import dataclasses
-import math
 import warnings
 
 import numpy as np
@@ -14,22 +13,20 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from dpcore.auditing.implementation import AuditTask, Claim, Observer
+from dpcore.auditing.torch_model import parameters_of, torch_loss, torch_model, torch_targets
 from dpcore.torch.loaders import LotLoader
 from dpcore.torch.private import make_private
 from dpcore.torch.samplers import PoissonMismatchWarning, ShuffledBatchSampler
 
 
 def squared_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """The audit task's per-example loss (z - y)^2 / 2."""
+    """The linear audit task's per-example loss (z - y)^2 / 2."""
     return 0.5 * (outputs.squeeze(-1) - targets) ** 2
 
 
-def linear_model(task: AuditTask) -> nn.Linear:
-    """The audit task's model: linear, no bias, at the task's initial weight (float32)."""
-    model = nn.Linear(task.dimension, 1, bias=False)
-    with torch.no_grad():
-        model.weight.copy_(torch.from_numpy(task.initial_weight).reshape(1, -1))
-    return model
+def linear_model(task: AuditTask) -> nn.Module:
+    """The audit task's model at its initial parameters (float32), built from its spec."""
+    return torch_model(task)
 
 
 @dataclasses.dataclass
@@ -44,7 +41,7 @@ class DpcoreTorch:
 
     def train(self, task: AuditTask, observer: Observer) -> Claim:
         torch.manual_seed(task.seed)
-        x, y = torch.from_numpy(task.features), torch.from_numpy(task.targets)
+        x, y = torch.from_numpy(task.features), torch_targets(task)
         dataset = TensorDataset(x, y, torch.arange(task.dataset_size))
         if self.sampler == "poisson":
             loader = LotLoader(
@@ -57,12 +54,12 @@ class DpcoreTorch:
                     task.dataset_size, batch_size=task.batch_size, seed=task.seed
                 )
                 loader = LotLoader(dataset, sampler=sampler)
-        model = linear_model(task)
+        model = torch_model(task)
         model, optimizer, loader = make_private(
             model,
             torch.optim.SGD(model.parameters(), lr=task.learning_rate),
             loader,
-            loss_fn=squared_loss,
+            loss_fn=torch_loss(task),
             max_grad_norm=task.max_grad_norm,
             noise_multiplier=task.noise_multiplier,
             engine="fast",
@@ -75,11 +72,10 @@ class DpcoreTorch:
                 if micro.data is not None:
                     used.append(micro.data[2].numpy())
                 if optimizer.step(micro) is not None:
-                    observer.step(model.weight.detach().numpy(), np.concatenate(used or [[]]))
+                    observer.step(parameters_of(model), np.concatenate(used or [[]]))
                     used = []
                     if optimizer.ledger.steps == task.steps:
                         break
-        divisor = loader.sampler.expected_lot_size
         return Claim(
             implementation=self.name,
             sampler=self.sampler,
@@ -89,7 +85,6 @@ class DpcoreTorch:
             max_grad_norm=task.max_grad_norm,
             steps=task.steps,
             delta=task.delta,
-            divisor=float(divisor) if math.isfinite(divisor) else float(task.batch_size),
             epsilon=optimizer.epsilon(delta=task.delta, accountant="pld")
             if task.report_epsilon
             else None,

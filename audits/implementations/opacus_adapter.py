@@ -12,15 +12,19 @@ import warnings
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from audits.implementations.dpcore_torch import linear_model
 from dpcore.auditing.implementation import AuditTask, Claim, Observer
+from dpcore.auditing.torch_model import parameters_of, torch_loss, torch_model, torch_targets
 
 
-class _SquaredLoss(torch.nn.Module):
-    """(z - y)^2 / 2 averaged over the batch (Opacus' ``loss_reduction="mean"``)."""
+class _MeanLoss(torch.nn.Module):
+    """The task's per-example loss averaged over the batch (Opacus' ``loss_reduction="mean"``)."""
+
+    def __init__(self, task: AuditTask) -> None:
+        super().__init__()
+        self.per_example = torch_loss(task)
 
     def forward(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return (0.5 * (outputs.squeeze(-1) - targets) ** 2).mean()
+        return self.per_example(outputs, targets).mean()
 
 
 @dataclasses.dataclass
@@ -38,11 +42,11 @@ class Opacus:
         from opacus import PrivacyEngine
 
         torch.manual_seed(task.seed)
-        x, y = torch.from_numpy(task.features), torch.from_numpy(task.targets)
+        x, y = torch.from_numpy(task.features), torch_targets(task)
         dataset = TensorDataset(x, y, torch.arange(task.dataset_size))
         loader = DataLoader(dataset, batch_size=task.batch_size, shuffle=True)
-        model = linear_model(task)
-        criterion = _SquaredLoss()
+        model = torch_model(task)
+        criterion = _MeanLoss(task)
         with warnings.catch_warnings():
             # Opacus warns that secure RNG is off (seeded runs are what an audit needs) and
             # about empty Poisson lots (which it handles)
@@ -64,8 +68,7 @@ class Opacus:
                     criterion(model(inputs), targets).backward()
                     optimizer.step()
                     steps += 1
-                    weight = model._module.weight if hasattr(model, "_module") else model.weight
-                    observer.step(weight.detach().numpy(), index.numpy())
+                    observer.step(parameters_of(model), index.numpy())
                     if steps == task.steps:
                         break
             epsilon = engine.get_epsilon(task.delta) if task.report_epsilon else None

@@ -4,15 +4,27 @@ A sound audit of a correct mechanism never exceeds the accountant's epsilon (bey
 failure probability); a lower bound above a claimed epsilon is evidence of a bug.
 """
 
-from dpcore.auditing.implementation import AuditTask, Claim, Implementation, Observer
+from dpcore.auditing.implementation import (
+    AuditTask,
+    Claim,
+    Implementation,
+    Observer,
+    derived_divisor,
+    make_mlp_task,
+    make_task,
+)
 from dpcore.auditing.implementation_audits import (
+    ONE_RUN_SETTINGS,
+    PER_STEP_SETTINGS,
     AuditNotApplicableError,
     AuditSettings,
     audit_implementation,
+    audit_seed,
     one_run_audit,
     sampler_audit,
     whitebox_audit,
 )
+from dpcore.auditing.models import ModelSpec
 from dpcore.auditing.statistics import (
     AuditBound,
     clopper_pearson,
@@ -21,19 +33,29 @@ from dpcore.auditing.statistics import (
     one_run_epsilon_lower_bound,
     threshold_sweep_lower_bound,
 )
+from dpcore.auditing.verdicts import AuditReport, holm
 
 __all__ = [
+    "ONE_RUN_SETTINGS",
+    "PER_STEP_SETTINGS",
     "AuditBound",
     "AuditNotApplicableError",
+    "AuditReport",
     "AuditSettings",
     "AuditTask",
     "Claim",
     "Implementation",
+    "ModelSpec",
     "Observer",
     "audit_implementation",
+    "audit_seed",
     "clopper_pearson",
+    "derived_divisor",
     "epsilon_lower_bound",
     "gdp_lower_bound",
+    "holm",
+    "make_mlp_task",
+    "make_task",
     "one_run_audit",
     "one_run_epsilon_lower_bound",
     "sampler_audit",

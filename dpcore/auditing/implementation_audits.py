@@ -1,34 +1,34 @@
 """Audit a DP-SGD implementation through its adapter (:mod:`dpcore.auditing.implementation`).
 
-Four audits, functions of an :class:`~dpcore.auditing.implementation.Implementation`:
+:func:`audit_implementation` runs every audit below on ``seeds`` seeds and decides them together
+(:mod:`dpcore.auditing.verdicts`: seeds combined by Fisher, audits by Holm at ``level``, so a
+correct implementation is flagged anywhere with probability at most ``level``). Every audit
+gives a p-value; the epsilon audits also give an epsilon lower bound where its assumptions hold.
 
-* :func:`whitebox_audit` — per-step white-box audit with one input-space canary (Nasr et al.
-  2023, arXiv 2302.07956). ``runs`` runs with the canary in the dataset, ``runs`` without. The
-  scores s_t of the steps whose lot contained the canary (the adapter says which records it
-  used) are the positives, every step of the canary-free runs the negatives; a held-out
-  threshold gives mu_lb (:func:`dpcore.auditing.stepwise.distinguish`) and the claimed sampling
-  composes it to epsilon_lb. It needs lot membership; it trusts the claimed sampler.
-* :func:`one_run_audit` — Steinke, Nasr, Jagielski 2023 (arXiv 2305.08846, Thm 5.2): m canaries
-  each in the dataset with probability 1/2, one run, score_i = sum_t s_t,i; "in" for the
-  highest, "out" for the lowest. It needs nothing from the adapter but the parameter trace, and
-  it trusts nothing (its bound holds whatever the sampler).
-* :func:`sampler_audit` — one canary record and a probe run at a tiny noise multiplier (0.01):
-  s_t then shows, step by step, whether the canary was used (s_t > 1/2), with no access to the
-  sampler. Under Poisson sampling the canary's inclusion count in each window of k = round(1/q)
-  steps is Bin(k, q), so ``ones = #{windows with exactly one inclusion} ~ Bin(E, p_1)``,
-  p_1 = k q (1 - q)^(k-1); an exact two-sided binomial test flags other samplers (a shuffled
-  sampler has ``ones = E``). It gives a p-value, not an epsilon.
-* noise calibration (from the per-step audit's canary-free runs): the auditor recomputes each
-  lot's clipped sum and reads the added noise (:func:`noise_residuals`); a two-sided chi^2 test
-  of its scale against sigma C flags noise that does not match the claim (a p-value).
-
-Verdicts: ``violation`` when epsilon_lb exceeds the claimed epsilon (the implementation's own,
-else dpcore's certified one for the claimed parameters); ``sampling does not match the claimed
-analysis`` when the sampler test rejects the sampling the claim's accounting assumes;
-``noise does not match the claim`` when the chi^2 test rejects; ``consistent`` otherwise.
-Across seeds, :func:`seeds_verdict` flags an epsilon audit when the exceedances are more than
-95% allows (binomial tail below 1e-3) and a p-value audit when Fisher's combination of the
-seeds' p-values is below 1e-3.
+* ``whitebox_per_step`` and the structural tests (:func:`whitebox_audit`), on the settings'
+  task (an MLP with biases and a rare class by default; ``task="linear"`` for the one-tensor
+  regression): ``runs`` runs with canary 0 in the dataset and ``runs`` without, plus
+  ``tiny_runs`` runs on a tiny dataset (``tiny_records`` records, so that lots are often empty).
+  The auditor recomputes every step (:mod:`dpcore.auditing.structural`); the canary's read-back
+  s_t (N(1[canary in lot], sigma^2) per step when clipped) at the steps whose lot held it are the
+  positives, every step of the canary-free runs the negatives; a held-out threshold gives
+  mu_lb (Nasr et al. 2023, arXiv 2302.07956) and the claimed Poisson sampling composes it to
+  epsilon_lb. Its p-value tests mu <= mu*, the per-step mu whose composition is the claimed
+  epsilon. The epsilon bound is printed only when the steps are independent (the noise
+  correlation test does not reject at 1 - confidence) and the lots were Poisson as the
+  accounting assumes; otherwise the row keeps its p-value and says "not an ε bound".
+  Rows: ``noise_calibration``, ``noise_per_tensor``, ``canary_per_tensor``,
+  ``noise_correlation``, ``empty_lots``, ``sampler_lots`` (which sampler the lots came from).
+* :func:`one_run_audit` — Steinke, Nasr, Jagielski 2023 (arXiv 2305.08846, Thm 5.2) on the
+  linear task: m canaries each in the dataset with probability 1/2, one run, score_i = sum_t
+  s_t,i; "in" for the highest, "out" for the lowest. It trusts nothing (its bound holds whatever
+  the sampler); its p-value is the theorem's p(epsilon) at the claimed epsilon.
+* :func:`sampler_audit` — one canary and a probe run at sigma = 0.01: s_t shows, step by step,
+  whether the canary was used, with no access to the sampler. Under Poisson sampling the
+  inclusion count in each window of k = round(1/q) steps is Bin(k, q), so ``ones`` (windows
+  with exactly one inclusion) ~ Bin(E, k q (1 - q)^(k-1)): an exact two-sided binomial test.
+  It names what it saw: ``shuffle`` (one use per window), ``replayed lots`` (inclusions
+  repeating with the window's period) or ``poisson-like``.
 """
 
 from __future__ import annotations
@@ -36,39 +36,77 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import numbers
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
-from scipy import stats
+from scipy import special, stats
 
 from dpcore.accountants import PldAccountant, RdpAccountant
 from dpcore.accountants.rdp import OrderGridEdgeWarning
 from dpcore.accountants.shuffled import shuffled_lower_bound
-from dpcore.auditing.implementation import AuditTask, Claim, Implementation, Observer, make_task
-from dpcore.auditing.statistics import one_run_epsilon_lower_bound
-from dpcore.auditing.stepwise import composed_lower_bound, distinguish
+from dpcore.auditing import structural
+from dpcore.auditing.implementation import (
+    AuditTask,
+    Claim,
+    Implementation,
+    Observer,
+    make_mlp_task,
+    make_task,
+)
+from dpcore.auditing.statistics import _one_run_p_value, one_run_epsilon_lower_bound
+from dpcore.auditing.stepwise import composed_lower_bound, held_out_threshold_bound, two_tailed_grid
+from dpcore.auditing.structural import AuditNotApplicableError
+from dpcore.auditing.verdicts import FLAGGED, AuditReport, summarise
 from dpcore.calibration import calibrate_noise
-from dpcore.errors import InvalidParameterError, StateError
+from dpcore.errors import InvalidParameterError
 from dpcore.events import dpsgd_event
+from dpcore.validation import check_count, check_delta, check_positive
+
+__all__ = [
+    "FLAGGED",
+    "ONE_RUN_SETTINGS",
+    "PER_STEP_SETTINGS",
+    "AuditNotApplicableError",
+    "AuditSettings",
+    "audit_implementation",
+    "audit_seed",
+    "certified_epsilon",
+    "one_run_audit",
+    "sampler_audit",
+    "whitebox_audit",
+]
 
 #: Noise multiplier of the sampler audit's probe run (s_t resolves inclusion to 50 sigma).
 PROBE_NOISE = 0.01
 
-#: The verdict of a p-value audit that rejects the claim.
-FLAGGED = {
-    "noise_calibration": "noise does not match the claim",
-    "sampler": "sampling does not match the claimed analysis",
-}
+#: Tasks the per-step audit runs on.
+TASKS = ("mlp", "linear")
+
+
+def _open_unit(name: str, value: object) -> float:
+    """A real number in the open interval (0, 1) (NaN, inf and bool refused)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidParameterError(name, "a real number in (0, 1)", value)
+    result = float(value)
+    if not 0 < result < 1:
+        raise InvalidParameterError(name, "a real number in (0, 1)", value)
+    return result
 
 
 @dataclasses.dataclass(frozen=True)
 class AuditSettings:
     """The audited training setting (sigma is calibrated so that the PLD epsilon is the target).
 
-    ``max_grad_norm`` is not 1 so that noise scaled by sigma instead of sigma C shows.
+    ``max_grad_norm`` is not 1 so that noise scaled by sigma instead of sigma C shows. ``task``
+    is the per-step audit's task: ``mlp`` (layers (1 + real_features, 1 + hidden, classes),
+    ReLU, cross-entropy, ``rare_records`` real records of the rare class) or ``linear``.
+
+    Raises:
+        InvalidParameterError: naming the first field out of its range.
     """
 
     target_epsilon: float = 4.0
@@ -76,7 +114,7 @@ class AuditSettings:
     real_records: int = 19
     real_features: int = 4
     sampling_probability: float = 0.2
-    steps: int = 500
+    steps: int = 100
     max_grad_norm: float = 2.0
     learning_rate: float = 0.05
     confidence: float = 0.95
@@ -85,40 +123,164 @@ class AuditSettings:
     one_run_canaries: int = 1000
     one_run_guesses_each_side: int = 100
     one_run_real_records: int = 100
-    sampler_steps: int = 1000
+    sampler_steps: int = 500
+    task: str = "mlp"
+    hidden: int = 4
+    classes: int = 3
+    rare_records: int = 1
+    tiny_records: int = 5
+    tiny_runs: int = 4
+
+    def __post_init__(self) -> None:
+        check_positive("target_epsilon", self.target_epsilon)
+        check_delta("delta", self.delta)
+        for name in (
+            "real_records",
+            "real_features",
+            "steps",
+            "runs",
+            "one_run_canaries",
+            "one_run_guesses_each_side",
+            "one_run_real_records",
+            "sampler_steps",
+            "hidden",
+            "tiny_records",
+        ):
+            check_count(name, getattr(self, name), minimum=1)
+        check_count("classes", self.classes, minimum=2)
+        check_count("tiny_runs", self.tiny_runs, minimum=0)
+        check_count("rare_records", self.rare_records, minimum=0)
+        if self.rare_records > self.real_records:
+            raise InvalidParameterError(
+                "rare_records", f"<= real_records = {self.real_records}", self.rare_records
+            )
+        if 2 * self.one_run_guesses_each_side > self.one_run_canaries:
+            raise InvalidParameterError(
+                "one_run_guesses_each_side",
+                f"<= one_run_canaries / 2 = {self.one_run_canaries / 2}",
+                self.one_run_guesses_each_side,
+            )
+        q: object = self.sampling_probability
+        if isinstance(q, bool) or not isinstance(q, numbers.Real) or not 0 < float(q) <= 1:
+            raise InvalidParameterError("sampling_probability", "a real number in (0, 1]", q)
+        check_positive("max_grad_norm", self.max_grad_norm)
+        check_positive("learning_rate", self.learning_rate)
+        _open_unit("confidence", self.confidence)
+        _open_unit("held_out_fraction", self.held_out_fraction)
+        if self.task not in TASKS:
+            raise InvalidParameterError("task", f"one of {TASKS}", self.task)
 
     @functools.cached_property
     def noise_multiplier(self) -> float:
         """sigma with PLD epsilon(q, sigma, T) = target at delta (computed once per instance)."""
-        return calibrate_noise(
-            target_epsilon=self.target_epsilon,
-            target_delta=self.delta,
-            sampling_probability=self.sampling_probability,
-            steps=self.steps,
-            accountant="pld",
-        )
+        return _calibrated(self.target_epsilon, self.delta, self.sampling_probability, self.steps)
 
 
-class AuditNotApplicableError(StateError):
-    """The adapter does not expose what this audit needs (e.g. lot membership)."""
+@functools.lru_cache(maxsize=64)
+def _calibrated(epsilon: float, delta: float, q: float, steps: int) -> float:
+    return calibrate_noise(
+        target_epsilon=epsilon,
+        target_delta=delta,
+        sampling_probability=q,
+        steps=steps,
+        accountant="pld",
+    )
+
+
+#: The per-step audit's default setting (MLP task, epsilon 4, T = 100, 8 runs per world).
+PER_STEP_SETTINGS = AuditSettings()
+
+#: The one-run and sampler audits' default setting: a smaller claimed epsilon, where the
+#: one-run bound has room (with 200 guesses it cannot exceed about 4.2, all guesses right).
+ONE_RUN_SETTINGS = AuditSettings(target_epsilon=2.0, steps=100)
+
+
+@functools.lru_cache(maxsize=256)
+def _certified(q: float, sigma: float, steps: int, delta: float) -> tuple[float, float, float]:
+    event = dpsgd_event(sampling_probability=q, noise_multiplier=sigma, steps=steps)
+    interval = PldAccountant().compose(event).get_epsilon_interval(delta)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OrderGridEdgeWarning)
+        rdp = float(RdpAccountant().compose(event).get_epsilon(delta))
+    return interval.upper, interval.lower, rdp
 
 
 def certified_epsilon(claim: Claim) -> dict[str, float]:
     """dpcore's epsilon for the claimed (q, sigma, T) at delta: PLD interval and RDP."""
-    event = dpsgd_event(
-        sampling_probability=claim.sampling_probability,
-        noise_multiplier=claim.noise_multiplier,
-        steps=claim.steps,
+    upper, lower, rdp = _certified(
+        claim.sampling_probability, claim.noise_multiplier, claim.steps, claim.delta
     )
-    interval = PldAccountant().compose(event).get_epsilon_interval(claim.delta)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", OrderGridEdgeWarning)
-        rdp = float(RdpAccountant().compose(event).get_epsilon(claim.delta))
-    return {"pld": interval.upper, "pld_lower": interval.lower, "rdp": rdp}
+    return {"pld": upper, "pld_lower": lower, "rdp": rdp}
+
+
+@functools.lru_cache(maxsize=256)
+def _mu_for_epsilon(q: float, steps: int, delta: float, epsilon: float, sigma: float) -> float:
+    """mu* with composed_lower_bound(q, mu*, T, delta) = epsilon, to 0.1 % (bisection on log
+    mu, bracketed around 1 / sigma, the claim's own noise multiplier)."""
+    low, high = 0.5 / sigma, 2.0 / sigma
+    while composed_lower_bound(q, high, steps, delta) <= epsilon and high < 1e3:
+        low, high = high, 2 * high
+    while composed_lower_bound(q, low, steps, delta) > epsilon and low > 1e-6:
+        low, high = low / 2, low
+    while high / low > 1.001:
+        middle = math.sqrt(low * high)
+        if composed_lower_bound(q, middle, steps, delta) > epsilon:
+            high = middle
+        else:
+            low = middle
+    return high
+
+
+def _mu_lower(fp: int, negatives: int, fn: int, positives: int, alpha: float) -> float:
+    """The GDP route's mu_lb at failure ``alpha`` (union bound over the two rates)."""
+    fpr = (
+        1.0 if fp == negatives else float(special.betaincinv(fp + 1, negatives - fp, 1 - alpha / 2))
+    )
+    fnr = (
+        1.0 if fn == positives else float(special.betaincinv(fn + 1, positives - fn, 1 - alpha / 2))
+    )
+    return float(special.ndtri(1 - fpr) - special.ndtri(fnr))
+
+
+def per_step_p_value(
+    negative: np.ndarray,
+    positive: np.ndarray,
+    *,
+    mu_claimed: float,
+    threshold: float,
+    held_out_fraction: float,
+    seed: int,
+) -> float:
+    """p-value of "per-step mu <= mu_claimed": the smallest alpha whose mu_lb exceeds it.
+
+    The same seeded split as :func:`dpcore.auditing.stepwise.held_out_threshold_bound`; the
+    threshold (chosen on the held-out part) is evaluated once on the rest, so mu_lb(alpha) holds
+    with probability 1 - alpha and ``{alpha : mu_lb(alpha) > mu_claimed}`` has probability at
+    most alpha under the null.
+    """
+    rng = np.random.default_rng(seed)
+    negative, positive = rng.permutation(negative), rng.permutation(positive)
+    cut_n, cut_p = int(held_out_fraction * negative.size), int(held_out_fraction * positive.size)
+    neg, pos = negative[cut_n:], positive[cut_p:]
+    if neg.size == 0 or pos.size == 0:
+        return 1.0
+    fp, fn = int(np.sum(neg > threshold)), int(np.sum(pos <= threshold))
+    if _mu_lower(fp, neg.size, fn, pos.size, 1.0 - 1e-12) <= mu_claimed:
+        return 1.0
+    low, high = -745.0, 0.0  # log alpha
+    if _mu_lower(fp, neg.size, fn, pos.size, math.exp(low)) > mu_claimed:
+        return 0.0
+    for _ in range(60):
+        middle = (low + high) / 2
+        if _mu_lower(fp, neg.size, fn, pos.size, math.exp(middle)) > mu_claimed:
+            high = middle
+        else:
+            low = middle
+    return min(1.0, math.exp(high))
 
 
 def _train(implementation: Implementation, task: AuditTask) -> tuple[Observer, Claim]:
-    observer = Observer(task.initial_weight)
+    observer = Observer(task.initial_weight, task.spec)
     claim = implementation.train(task, observer)
     if observer.steps != task.steps:
         raise InvalidParameterError("observed steps", f"= {task.steps}", observer.steps)
@@ -141,20 +303,33 @@ def _task(
         "seed": seed,
     }
     arguments.update(changes)
+    if arguments.pop("kind", settings.task) == "mlp":
+        arguments.update(
+            hidden=settings.hidden, classes=settings.classes, rare_records=settings.rare_records
+        )
+        arguments["rare_records"] = min(arguments["rare_records"], arguments["real_records"])
+        return make_mlp_task(**arguments)
     return make_task(**arguments)
+
+
+def _reference(claim: Claim) -> float:
+    """The epsilon a bound is compared with: the implementation's own, else dpcore's."""
+    return claim.epsilon if claim.epsilon is not None else certified_epsilon(claim)["pld"]
 
 
 def _row(
     audit: str,
     claim: Claim,
-    lower: float | None,
     settings: AuditSettings,
     seed: int,
+    *,
+    p_value: float,
+    lower: float | None = None,
     **details: Any,
 ) -> dict[str, Any]:
+    """One seed's row: the claim, dpcore's certified epsilon, the p-value and a raw verdict
+    (the p-value against 1 - confidence alone; the call's decision is Holm's)."""
     certified = certified_epsilon(claim)
-    reference = claim.epsilon if claim.epsilon is not None else certified["pld"]
-    verdict = "consistent" if lower is None or lower <= reference else "violation"
     return {
         "implementation": claim.implementation,
         "audit": audit,
@@ -163,120 +338,159 @@ def _row(
         "certified_epsilon": certified["pld"],
         "certified": certified,
         "epsilon_lower": lower,
+        "p_value": float(p_value),
         "confidence": settings.confidence,
-        "verdict": verdict,
+        "verdict": FLAGGED[audit] if p_value < 1 - settings.confidence else "consistent",
         "seed": seed,
         "claim": dataclasses.asdict(claim),
         **details,
     }
 
 
-def noise_residuals(task: AuditTask, claim: Claim, observer: Observer) -> np.ndarray:
-    """Per step, the noise the implementation added, in units of C, recomputed by the auditor.
-
-    The auditor knows the model, the loss, the data and (from the adapter) each lot, so it
-    recomputes the lot's clipped gradient sum S_t at w_{t-1} (clip factor min(1, C / ||g||)) and
-    reads ``-(w_t - w_{t-1}) b / (lr C) - S_t / C``: N(0, sigma^2 I) at every step of a correct
-    DP-SGD run without canaries (Abadi et al. 2016, Alg. 1). Returns (steps, d).
-    """
+def _lots(observer: Observer, claim: Claim) -> list[np.ndarray]:
     if observer.lots is None:
-        raise AuditNotApplicableError(f"{claim.implementation} does not report its lots")
-    weights = np.stack(observer.weights)
-    x, y = task.features.astype(np.float64), task.targets.astype(np.float64)
-    c = task.max_grad_norm
-    out = np.empty((observer.steps, task.dimension))
-    for t, lot in enumerate(observer.lots):
-        residual = x[lot] @ weights[t] - y[lot]
-        grads = residual[:, None] * x[lot]
-        norms = np.linalg.norm(grads, axis=1)
-        factors = np.minimum(1.0, c / np.maximum(norms, 1e-300))
-        summed = (grads * factors[:, None]).sum(axis=0)
-        step = weights[t + 1] - weights[t]
-        out[t] = -step * claim.divisor / (task.learning_rate * c) - summed / c
-    return out
+        raise AuditNotApplicableError(
+            f"{claim.implementation} does not report which records each step used"
+        )
+    return observer.lots
 
 
 def whitebox_audit(
-    implementation: Implementation, settings: AuditSettings = AuditSettings(), *, seed: int = 0
+    implementation: Implementation, settings: AuditSettings = PER_STEP_SETTINGS, *, seed: int = 0
 ) -> list[dict[str, Any]]:
-    """Per-step white-box audit (module doc): the canary's row and the noise calibration row."""
+    """The per-step audit and the structural tests (module doc): seven rows.
+
+    Raises:
+        AuditNotApplicableError: the implementation does not report its lots.
+    """
     start = time.perf_counter()
-    negatives, positives, residuals = [], [], []
+    outs: list[structural.RunAnalysis] = []
+    ins: list[structural.RunAnalysis] = []
+    tiny: list[structural.RunAnalysis] = []
+    lots: list[list[np.ndarray]] = []
     claimed: Claim | None = None
+    dataset_size = 0
     for run in range(settings.runs):
         base = 1_000_003 * seed + 2 * run
         # the implementation prices its claim once (in the first run), not in every run
         out_task = _task(settings, [False], base, report_epsilon=run == 0)
         observer, claim = _train(implementation, out_task)
         claimed = claimed or claim
-        if observer.lots is None:
-            raise AuditNotApplicableError(
-                f"{claim.implementation} does not report which records each step used"
-            )
-        negatives.append(observer.canary_scores(out_task, claim, [0])[:, 0])
-        residuals.append(noise_residuals(out_task, claim, observer))
+        lots.append(_lots(observer, claim))
+        dataset_size = out_task.dataset_size
+        outs.append(structural.analyse_run(out_task, claim, observer))
         in_task = _task(settings, [True], base + 1, report_epsilon=False)
         observer, claim = _train(implementation, in_task)
-        if observer.lots is None:
-            raise AuditNotApplicableError(
-                f"{claim.implementation} does not report which records each step used"
-            )
-        scores = observer.canary_scores(in_task, claim, [0])[:, 0]
-        row = in_task.canary_rows[0]
-        used = np.array([bool(np.any(lot == row)) for lot in observer.lots])
-        positives.append(scores[used])
+        _lots(observer, claim)
+        ins.append(structural.analyse_run(in_task, claim, observer))
+    for run in range(settings.tiny_runs):
+        task = _task(
+            settings,
+            [False],
+            1_000_003 * seed + 500_000 + run,
+            real_records=settings.tiny_records,
+            report_epsilon=False,
+        )
+        observer, claim = _train(implementation, task)
+        _lots(observer, claim)
+        tiny.append(structural.analyse_run(task, claim, observer))
     assert claimed is not None
     claim = claimed
-    negative, positive = np.concatenate(negatives), np.concatenate(positives)
-    mu_lower, threshold = distinguish(
+    sigma = claim.noise_multiplier
+    spec = _task(settings, [False], 0, steps=1).spec
+    every = outs + ins
+    rows: list[dict[str, Any]] = []
+    noise = structural.noise_calibration_test(every, sigma)
+    rows.append(_row("noise_calibration", claim, settings, seed, **noise))
+    per_tensor = structural.noise_per_tensor_test(every, sigma, spec.names, spec.groups)
+    rows.append(_row("noise_per_tensor", claim, settings, seed, **per_tensor))
+    canary = structural.canary_per_tensor_test(ins, sigma, spec.names)
+    rows.append(_row("canary_per_tensor", claim, settings, seed, **canary))
+    correlation = structural.noise_correlation_test(every)
+    rows.append(_row("noise_correlation", claim, settings, seed, **correlation))
+    empty = structural.empty_lot_test(every + tiny, sigma)
+    rows.append(_row("empty_lots", claim, settings, seed, **empty))
+    sampler = structural.lots_sampler_test(lots, dataset_size, claim)
+    rows.append(_row("sampler_lots", claim, settings, seed, **sampler))
+
+    negative = np.concatenate([r.canary_total for r in outs])
+    positive = np.concatenate([r.canary_total[r.in_lot] for r in ins])
+    reasons = []
+    if correlation["p_value"] < 1 - settings.confidence:
+        reasons.append("the steps' noise is correlated")
+    if sampler["sampler_seen"] != "poisson" or claim.accounting_assumes != "poisson":
+        reasons.append(
+            f"lots seen: {sampler['sampler_seen']}, accounting assumes {claim.accounting_assumes}"
+        )
+    mu_claimed = _mu_for_epsilon(
+        claim.sampling_probability,
+        claim.steps,
+        claim.delta,
+        _reference(claim),
+        claim.noise_multiplier,
+    )
+    if positive.size < 2 or negative.size < 2:
+        rows.append(
+            _row("whitebox_per_step", claim, settings, seed, p_value=1.0, note="no canary step")
+        )
+        return rows
+    bound, threshold = held_out_threshold_bound(
         negative,
         positive,
         delta=settings.delta,
         confidence=settings.confidence,
         held_out_fraction=settings.held_out_fraction,
         seed=seed,
+        grid=two_tailed_grid,
+        route="gdp",
     )
-    lower = composed_lower_bound(claim.sampling_probability, mu_lower, claim.steps, claim.delta)
-    noise = np.concatenate(residuals).reshape(-1) / claim.noise_multiplier
-    chi2 = float(np.sum(noise**2))
-    p_value = float(2 * min(stats.chi2.sf(chi2, noise.size), stats.chi2.cdf(chi2, noise.size)))
-    noise_row = _row(
-        "noise_calibration",
-        claim,
-        None,
-        settings,
-        seed,
-        p_value=min(1.0, p_value),
-        noise_std_ratio=float(np.sqrt(chi2 / noise.size)),
-        residuals=int(noise.size),
-    )
-    if p_value < 1 - settings.confidence:
-        noise_row["verdict"] = FLAGGED["noise_calibration"]
-    main = _row(
-        "whitebox_per_step",
-        claim,
-        lower,
-        settings,
-        seed,
-        mu_lower=mu_lower,
-        mu_claimed=1 / claim.noise_multiplier,
+    mu_lower = float(bound.mu_lower or 0.0)
+    p_value = per_step_p_value(
+        negative,
+        positive,
+        mu_claimed=mu_claimed,
         threshold=threshold,
-        positive_steps=int(positive.size),
-        negative_steps=int(negative.size),
-        seconds=time.perf_counter() - start,
+        held_out_fraction=settings.held_out_fraction,
+        seed=seed,
     )
-    return [main, noise_row]
+    lower = None
+    if not reasons:
+        lower = composed_lower_bound(claim.sampling_probability, mu_lower, claim.steps, claim.delta)
+    rows.insert(
+        0,
+        _row(
+            "whitebox_per_step",
+            claim,
+            settings,
+            seed,
+            p_value=p_value,
+            lower=lower,
+            task=settings.task,
+            mu_lower=mu_lower,
+            mu_claimed=mu_claimed,
+            threshold=threshold,
+            positive_steps=int(positive.size),
+            negative_steps=int(negative.size),
+            bound_note=("not an ε bound: " + "; ".join(reasons)) if reasons else "",
+            seconds=time.perf_counter() - start,
+        ),
+    )
+    return rows
 
 
 def one_run_audit(
-    implementation: Implementation, settings: AuditSettings = AuditSettings(), *, seed: int = 0
+    implementation: Implementation, settings: AuditSettings = ONE_RUN_SETTINGS, *, seed: int = 0
 ) -> dict[str, Any]:
     """Steinke et al. 2023 one-run audit with input-space canaries (module doc); one row."""
     start = time.perf_counter()
     rng = np.random.default_rng(7_000_003 + seed)
     included = rng.integers(0, 2, size=settings.one_run_canaries).astype(bool)
     task = _task(
-        settings, list(included), 3_000_017 * seed + 5, real_records=settings.one_run_real_records
+        settings,
+        list(included),
+        3_000_017 * seed + 5,
+        real_records=settings.one_run_real_records,
+        kind="linear",
     )
     observer, claim = _train(implementation, task)
     totals = observer.canary_scores(task, claim, range(included.size)).sum(axis=0)
@@ -290,12 +504,16 @@ def one_run_audit(
         delta=settings.delta,
         confidence=settings.confidence,
     )
+    p_value = _one_run_p_value(
+        _reference(claim), guesses=2 * k, correct=correct, canaries=included.size, delta=claim.delta
+    )
     return _row(
         "one_run",
         claim,
-        bound.epsilon_lower,
         settings,
         seed,
+        p_value=min(1.0, p_value),
+        lower=bound.epsilon_lower,
         canaries=int(included.size),
         guesses=2 * k,
         correct=correct,
@@ -303,8 +521,18 @@ def one_run_audit(
     )
 
 
+def _probe_label(used: np.ndarray, k: int) -> str:
+    """What one canary's inclusions look like: shuffle, replayed lots or poisson-like."""
+    windows = used[: (used.size // k) * k].reshape(-1, k)
+    if windows.shape[0] >= 2 and np.array_equal(used[k:], used[:-k]) and used.any():
+        return "replayed lots"
+    if windows.size and np.all(windows.sum(axis=1) == 1):
+        return "shuffle"
+    return "poisson-like"
+
+
 def sampler_audit(
-    implementation: Implementation, settings: AuditSettings = AuditSettings(), *, seed: int = 0
+    implementation: Implementation, settings: AuditSettings = ONE_RUN_SETTINGS, *, seed: int = 0
 ) -> dict[str, Any]:
     """Inclusion-count test of the sampler from a probe run's parameter trace (module doc).
 
@@ -312,7 +540,7 @@ def sampler_audit(
     (the probe's tiny sigma is priced by no one).
     """
     start = time.perf_counter()
-    _, claim = _train(implementation, _task(settings, [True], 5_000_011 * seed + 4))
+    _, claim = _train(implementation, _task(settings, [True], 5_000_011 * seed + 4, kind="linear"))
     task = _task(
         settings,
         [True],
@@ -320,6 +548,7 @@ def sampler_audit(
         noise_multiplier=PROBE_NOISE,
         steps=settings.sampler_steps,
         report_epsilon=False,
+        kind="linear",
     )
     observer, probe = _train(implementation, task)
     scores = observer.canary_scores(task, probe, [0])[:, 0]
@@ -330,180 +559,133 @@ def sampler_audit(
     ones = int(np.sum(windows == 1))
     p_one = k * q * (1 - q) ** (k - 1)
     p_value = float(stats.binomtest(ones, windows.size, p_one).pvalue)
+    if claim.accounting_assumes != "poisson":
+        p_value = 1.0  # the probe tests Poisson sampling only
     details: dict[str, Any] = {
-        "p_value": p_value,
         "windows": int(windows.size),
         "windows_with_one_inclusion": ones,
         "expected_under_poisson": p_one * windows.size,
         "inclusion_rate": float(used.mean()),
-        "seconds": 0.0,
+        "sampler_seen": _probe_label(used, k),
     }
-    row = _row("sampler", claim, None, settings, seed, **details)
-    if claim.accounting_assumes == "poisson" and p_value < 1 - settings.confidence:
-        row["verdict"] = FLAGGED["sampler"]
-        if ones == windows.size:
-            # Every window used the record exactly once: fixed-size shuffled batches. What that
-            # sampler certainly costs (Chua et al. 2024 pair; dpcore.accountants.shuffled):
-            n = settings.real_records + 1
-            row["shuffled_epsilon_lower_bound"] = shuffled_lower_bound(
-                noise_multiplier=claim.noise_multiplier,
-                dataset_size=n,
-                batch_size=max(1, round(q * n)),
-                steps=claim.steps,
-            ).epsilon(claim.delta)
-    row["seconds"] = time.perf_counter() - start
-    return row
+    if p_value < 1 - settings.confidence and ones == windows.size:
+        # Every window used the record exactly once: fixed-size shuffled batches. What that
+        # sampler certainly costs (Chua et al. 2024 pair; dpcore.accountants.shuffled):
+        n = settings.real_records + 1
+        details["shuffled_epsilon_lower_bound"] = shuffled_lower_bound(
+            noise_multiplier=claim.noise_multiplier,
+            dataset_size=n,
+            batch_size=max(1, round(q * n)),
+            steps=claim.steps,
+        ).epsilon(claim.delta)
+    details["seconds"] = time.perf_counter() - start
+    return _row("sampler", claim, settings, seed, p_value=p_value, **details)
 
 
-#: The one-run audit's default setting: a smaller claimed epsilon, where its bound has room
-#: (with 200 guesses it cannot exceed about 4.2, all guesses right).
-ONE_RUN_SETTINGS = AuditSettings(target_epsilon=2.0, steps=100)
+def _not_applicable(
+    name: str, audits: Iterable[str], seed: int, reason: str
+) -> list[dict[str, Any]]:
+    return [
+        {"implementation": name, "audit": audit, "seed": seed, "not_applicable": reason}
+        for audit in audits
+    ]
+
+
+#: The rows :func:`whitebox_audit` gives.
+WHITEBOX_AUDITS = (
+    "whitebox_per_step",
+    "noise_calibration",
+    "noise_per_tensor",
+    "canary_per_tensor",
+    "noise_correlation",
+    "empty_lots",
+    "sampler_lots",
+)
 
 
 def audit_seed(
     implementation: Implementation,
     *,
-    per_step: AuditSettings = AuditSettings(),
+    per_step: AuditSettings = PER_STEP_SETTINGS,
     one_run: AuditSettings = ONE_RUN_SETTINGS,
     seed: int = 0,
 ) -> list[dict[str, Any]]:
-    """Every audit of one implementation at one seed (a "not applicable" row where one cannot run).
+    """Every audit of one implementation at one seed (a "not applicable" row where one cannot
+    run): the per-step and structural rows, the one-run row and the sampler row.
 
-    The sampler audit runs in the one-run setting (sigma, T), on its own small dataset.
+    The one-run and sampler audits run in the one-run setting (sigma, T), on the linear task.
     """
+    check_count("seed", seed)
     rows: list[dict[str, Any]] = []
     try:
         rows += whitebox_audit(implementation, per_step, seed=seed)
     except AuditNotApplicableError as reason:
-        for audit in ("whitebox_per_step", "noise_calibration"):
-            rows.append(
-                {
-                    "implementation": implementation.name,
-                    "audit": audit,
-                    "seed": seed,
-                    "not_applicable": str(reason),
-                }
-            )
+        rows += _not_applicable(implementation.name, WHITEBOX_AUDITS, seed, str(reason))
     rows.append(one_run_audit(implementation, one_run, seed=seed))
     rows.append(sampler_audit(implementation, one_run, seed=seed))
     return rows
 
 
+def _progress(items: Sequence[int], show: bool) -> Iterable[int]:
+    if not show:
+        return items
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # pragma: no cover - the progress extra is missing
+        return items
+    bar: Iterable[int] = tqdm(items, desc="implementation audit", unit="seed")
+    return bar
+
+
 def audit_implementation(
     implementation: Implementation,
     *,
-    per_step: AuditSettings = AuditSettings(),
+    per_step: AuditSettings = PER_STEP_SETTINGS,
     one_run: AuditSettings = ONE_RUN_SETTINGS,
     seeds: int = 1,
-) -> list[dict[str, Any]]:
-    """Audit an implementation (every audit, ``seeds`` seeds); one summary row per audit.
+    seed_offset: int = 0,
+    level: float = 0.05,
+    progress: bool = False,
+    on_seed: Callable[[int, list[dict[str, Any]]], None] | None = None,
+) -> AuditReport:
+    """Audit an implementation: every audit on seeds ``seed_offset .. seed_offset + seeds - 1``.
 
-    Each row has ``implementation``, ``audit``, ``claimed_epsilon`` (the implementation's own,
-    None if it reports none), ``certified_epsilon`` (dpcore's PLD upper bound for the claimed
-    q, sigma, T), ``epsilon_lower`` (95 % lower bound of seed 0, None for the p-value audits),
-    ``confidence``, ``verdict`` and ``seeds`` (see :func:`seeds_verdict`).
+    Returns an :class:`~dpcore.auditing.verdicts.AuditReport`: one summary row per audit (a
+    list of dicts), decided together by Holm at ``level`` (a correct implementation gets any
+    flag with probability at most ``level``), and every seed's rows in ``seed_rows``. Each row
+    has ``implementation``, ``audit``, ``claimed_epsilon`` (the implementation's own, None if it
+    reports none), ``certified_epsilon`` (dpcore's PLD upper bound for the claimed q, sigma, T),
+    ``epsilon_lower`` (95 % lower bound of the first seed, None for the p-value audits and where
+    the bound's assumptions fail: ``bound_note`` says why), ``p_value``, ``verdict``, ``seeds``
+    and ``false_alarm_rate`` (the default call's, measured on correct implementations).
+
+    Args:
+        implementation: the adapter (:class:`~dpcore.auditing.implementation.Implementation`).
+        per_step: setting of the per-step and structural audits.
+        one_run: setting of the one-run and sampler audits.
+        seeds: how many seeds (>= 1).
+        seed_offset: the first seed (>= 0), so that calls can split or resume seeds.
+        level: family-wise error of the call, in (0, 1).
+        progress: show a progress bar over the seeds (tqdm, if installed).
+        on_seed: called with (seed, that seed's rows) as each seed finishes.
+
+    Raises:
+        InvalidParameterError: a parameter out of range (naming it).
 
     Example: see the README section "Audit your own DP-SGD".
     """
-    if seeds < 1:
-        raise InvalidParameterError("seeds", ">= 1", seeds)
-    rows = [
-        row
-        for seed in range(seeds)
-        for row in audit_seed(implementation, per_step=per_step, one_run=one_run, seed=seed)
-    ]
-    return summarise(rows)
+    check_count("seeds", seeds, minimum=1)
+    check_count("seed_offset", seed_offset)
+    _open_unit("level", level)
+    for name, value in (("per_step", per_step), ("one_run", one_run)):
+        if not isinstance(value, AuditSettings):
+            raise InvalidParameterError(name, "an AuditSettings", value)
+    rows: list[dict[str, Any]] = []
+    for seed in _progress(range(seed_offset, seed_offset + seeds), progress):
+        seed_rows = audit_seed(implementation, per_step=per_step, one_run=one_run, seed=seed)
+        rows += seed_rows
+        if on_seed is not None:
+            on_seed(seed, seed_rows)
+    from dpcore.auditing.false_alarms import MEASURED
 
-
-def not_applicable_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The summary row of an audit that could not run on this implementation."""
-    first = rows[0]
-    return {
-        "implementation": first["implementation"],
-        "audit": first["audit"],
-        "claimed_epsilon": None,
-        "certified_epsilon": None,
-        "epsilon_lower": None,
-        "confidence": None,
-        "verdict": f"not applicable ({first['not_applicable']})",
-        "seeds": len(rows),
-    }
-
-
-#: the order of the audits in summaries
-AUDIT_ORDER = ("whitebox_per_step", "noise_calibration", "one_run", "sampler")
-
-
-def summarise(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (implementation, audit) over its seeds, in the order the rows came."""
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault((row["implementation"], row["audit"]), []).append(row)
-    names = list(dict.fromkeys(name for name, _ in groups))
-    ordered = sorted(groups, key=lambda k: (names.index(k[0]), AUDIT_ORDER.index(k[1])))
-    return [
-        not_applicable_summary(groups[key])
-        if "not_applicable" in groups[key][0]
-        else seeds_verdict(groups[key])
-        for key in ordered
-    ]
-
-
-def seeds_verdict(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """One summary of an audit over seeds: exceedances against what the confidence allows.
-
-    One seed keeps its own verdict (a test at the stated confidence). Over several seeds, the
-    p-value audits (noise, sampler) combine their p-values by Fisher's method and flag below
-    1e-3; the epsilon audits, each flagging a correct implementation with probability at most
-    1 - confidence, flag only an improbable excess of exceedances: binomial tail
-    P[Bin(seeds, 1 - confidence) >= flagged] below 1e-3.
-    """
-    if not rows:
-        raise InvalidParameterError("rows", "at least one row", 0)
-    first = rows[0]
-    flagged = sum(r["verdict"] != "consistent" for r in rows)
-    failure = 1 - first["confidence"]
-    tail = float(stats.binom.sf(flagged - 1, len(rows), failure)) if flagged else 1.0
-    flagged_verdicts = [r["verdict"] for r in rows if r["verdict"] != "consistent"]
-    combined = None
-    if "p_value" in first:
-        # Fisher's method: -2 sum log p ~ chi^2 with 2n degrees of freedom under the claim
-        statistic = -2 * sum(math.log(max(r["p_value"], 1e-300)) for r in rows)
-        combined = float(stats.chi2.sf(statistic, 2 * len(rows)))
-    if len(rows) == 1:  # one test at the stated confidence: its own verdict
-        verdict = first["verdict"]
-    elif combined is not None:
-        verdict = FLAGGED[first["audit"]] if combined < 1e-3 else "consistent"
-    else:
-        verdict = "consistent" if tail >= 1e-3 else flagged_verdicts[0]
-    lowers = [r["epsilon_lower"] for r in rows if r["epsilon_lower"] is not None]
-    summary = {
-        "implementation": first["implementation"],
-        "audit": first["audit"],
-        "claimed_epsilon": first["claimed_epsilon"],
-        "claimed_accountant": first["claimed_accountant"],
-        "certified_epsilon": first["certified_epsilon"],
-        "certified": first["certified"],
-        "epsilon_lower": first["epsilon_lower"],
-        "epsilon_lower_per_seed": lowers,
-        "confidence": first["confidence"],
-        "verdict": verdict,
-        "seeds": len(rows),
-        "flagged_seeds": flagged,
-        "binomial_tail": tail,
-        "combined_p_value": combined,
-        "claim": first["claim"],
-    }
-    for key in (
-        "shuffled_epsilon_lower_bound",
-        "p_value",
-        "noise_std_ratio",
-        "windows_with_one_inclusion",
-        "windows",
-        "expected_under_poisson",
-        "mu_lower",
-        "mu_claimed",
-    ):
-        if key in first:
-            summary[key] = first[key]
-    return summary
+    return AuditReport(summarise(rows, level, MEASURED), rows, level, MEASURED)
