@@ -28,6 +28,13 @@ __all__ = ["calibrate_noise"]
 MAX_NOISE_MULTIPLIER = 1e6
 # Below this sigma the search stops going down (the answer still meets the target).
 _MIN_NOISE_MULTIPLIER = 1e-4
+#: Range of ``tolerance``. Below 1e-12 the bracket's ratio 1 + tolerance approaches the spacing
+#: of floats (1 + 2.2e-16 == 1), where the geometric midpoint stops moving and bisection never
+#: ends; at 1 or more the first bracket (a factor 2) already qualifies.
+MIN_TOLERANCE, MAX_TOLERANCE = 1e-12, 1.0
+#: Most bisection steps: from a factor 2 down to 1 + 1e-12 takes 46 (the bracket's log halves
+#: each step); the doubling and halving before it stop at 1e6 and 1e-4 by construction.
+MAX_BISECTIONS = 100
 
 
 def _make_accountant(
@@ -61,7 +68,7 @@ def calibrate_noise(
         accountant: name of a registered accountant (``rdp``, ``pld``, ``moments``,
             ``basic``, ``advanced``, ``gdp_clt``).
         accountant_options: keyword arguments for the accountant's constructor.
-        tolerance: relative width of the final bracket (default 1%).
+        tolerance: relative width of the final bracket, in [1e-12, 1] (default 1%).
 
     Returns:
         sigma, which always meets the target under the accountant and is at most
@@ -70,8 +77,10 @@ def calibrate_noise(
         sigma = 1e-4 meets the target (an enormous epsilon), the search stops there.
 
     Raises:
-        InvalidParameterError: on bad input (naming the parameter), or when even
-            sigma = 1e6 misses the target (naming ``target_epsilon``).
+        InvalidParameterError: on bad input (naming the parameter), when even
+            sigma = 1e6 misses the target (naming ``target_epsilon``), or when the search
+            does not settle within :data:`MAX_BISECTIONS` steps (naming ``tolerance``; it
+            cannot happen for tolerance >= 1e-12, so no input makes the search hang).
 
     Example:
         >>> sigma = calibrate_noise(target_epsilon=2.0, target_delta=1e-5,
@@ -84,7 +93,22 @@ def calibrate_noise(
     q = check_probability("sampling_probability", sampling_probability)
     count = check_count("steps", steps)
     tolerance = check_positive("tolerance", tolerance)
+    if not MIN_TOLERANCE <= tolerance <= MAX_TOLERANCE:
+        raise InvalidParameterError(
+            "tolerance", f"in [{MIN_TOLERANCE:g}, {MAX_TOLERANCE:g}]", tolerance
+        )
+    if not isinstance(accountant, str):
+        raise InvalidParameterError("accountant", "to be an accountant name (a str)", accountant)
     cls = accountant_class(accountant)
+    if accountant_options is not None and not (
+        isinstance(accountant_options, Mapping)
+        and all(isinstance(key, str) for key in accountant_options)
+    ):
+        raise InvalidParameterError(
+            "accountant_options",
+            "a mapping of keyword names to values, or None",
+            accountant_options,
+        )
     options = dict(accountant_options or {})
     _make_accountant(cls, options, accountant)  # bad options fail now, not mid-search
     if q == 0 or count == 0:
@@ -114,12 +138,21 @@ def calibrate_noise(
         high, low = low, low / 2
         if low < _MIN_NOISE_MULTIPLIER:
             return high
-    while high / low > 1 + tolerance:
+    for _ in range(MAX_BISECTIONS):
+        if high / low <= 1 + tolerance:
+            break
         middle = math.sqrt(low * high)
         if meets(middle):
             high = middle
         else:
             low = middle
+    if high / low > 1 + tolerance:  # pragma: no cover - 46 steps suffice from tolerance >= 1e-12
+        raise InvalidParameterError(
+            "tolerance",
+            f"reachable within {MAX_BISECTIONS} bisection steps of the {accountant} accountant "
+            f"(the bracket stopped at [{low!r}, {high!r}])",
+            tolerance,
+        )
     if not meets(high):  # pragma: no cover - accountants are deterministic; a defect otherwise
         raise ArithmeticError(f"calibrate_noise: sigma = {high!r} no longer meets the target.")
     return high

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -134,3 +135,78 @@ def test_unreachable_message_names_the_target() -> None:
             accountant="basic",
         )
     assert info.value.parameter == "target_epsilon" and info.value.value == 1e-9
+
+
+def _finishes(arguments: dict[str, object], seconds: float = 20.0) -> BaseException | float:
+    """Run calibrate_noise in a thread: its result or error, or fail if it has not returned."""
+    outcome: list[BaseException | float] = []
+
+    def target() -> None:
+        try:
+            outcome.append(calibrate_noise(**arguments))  # type: ignore[arg-type]
+        except BaseException as error:  # handed back to the test
+            outcome.append(error)
+
+    worker = threading.Thread(target=target, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert outcome, f"calibrate_noise({arguments}) did not return within {seconds} s"
+    return outcome[0]
+
+
+@pytest.mark.parametrize("tolerance", [2.2e-16, 1e-16, 5e-324, 1e-13, 1.5, math.inf, math.nan])
+def test_tolerance_below_float_resolution_is_refused_not_a_hang(tolerance: float) -> None:
+    # tolerance < 2.2e-16 made 1 + tolerance == 1, and the bisection never ended.
+    outcome = _finishes(
+        {
+            "target_epsilon": 1.0,
+            "target_delta": 1e-5,
+            "sampling_probability": 0.01,
+            "steps": 100,
+            "tolerance": tolerance,
+        }
+    )
+    assert isinstance(outcome, InvalidParameterError), outcome
+    assert outcome.parameter == "tolerance"
+    if math.isfinite(tolerance) and tolerance > 0:
+        assert "in [1e-12, 1]" in str(outcome)
+
+
+def test_finest_tolerance_terminates_and_meets_the_target() -> None:
+    arguments: dict[str, object] = {
+        "target_epsilon": 1.0,
+        "target_delta": 1e-5,
+        "sampling_probability": 0.01,
+        "steps": 100,
+    }
+    sigma = _finishes({**arguments, "tolerance": 1e-12})
+    assert isinstance(sigma, float)
+    assert _epsilon("rdp", sigma, 0.01, 100, 1e-5) <= 1.0
+    assert _epsilon("rdp", sigma * (1 - 1e-9), 0.01, 100, 1e-5) > 1.0 - 1e-9
+    coarse = calibrate_noise(**arguments, tolerance=1.0)  # type: ignore[arg-type]
+    assert sigma <= coarse <= 2 * sigma
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "parameter"),
+    [
+        ({"accountant": ["rdp"]}, "accountant"),
+        ({"accountant": None}, "accountant"),
+        ({"accountant_options": [("orders", [2, 3])]}, "accountant_options"),
+        ({"accountant_options": {1: 2}}, "accountant_options"),
+        ({"target_delta": math.nan}, "target_delta"),
+        ({"steps": math.inf}, "steps"),
+        ({"sampling_probability": -math.inf}, "sampling_probability"),
+        ({"tolerance": -0.01}, "tolerance"),
+    ],
+)
+def test_every_argument_is_validated_by_name(kwargs: dict[str, object], parameter: str) -> None:
+    arguments: dict[str, object] = {
+        "target_epsilon": 1.0,
+        "target_delta": 1e-5,
+        "sampling_probability": 0.01,
+        "steps": 100,
+        **kwargs,
+    }
+    with pytest.raises(InvalidParameterError, match=f"Expected {parameter}"):
+        calibrate_noise(**arguments)  # type: ignore[arg-type]
