@@ -41,6 +41,7 @@ from torch import nn
 from dpcore.atomic import atomic_path
 from dpcore.errors import DPCoreError, InvalidParameterError, StateError
 from dpcore.torch.batches import Batch, batch_size, take
+from dpcore.torch.checkpoint import check_ledger, check_model_state, require, seal, verify
 from dpcore.torch.engines import make_engine
 from dpcore.torch.ledger import PrivacyLedger, training_statement, write_statement
 from dpcore.torch.noise import NoiseSource, SeededGaussianNoise
@@ -376,7 +377,10 @@ class DistributedDPTrainer:
     def save_checkpoint(self, path: str | Path) -> None:
         """Rank 0 writes the model, optimizer, noise, ledger and every rank's sampler state.
 
-        A collective: every rank calls it (the samplers' states are gathered to rank 0).
+        A collective: every rank calls it (the samplers' states are gathered to rank 0). The file
+        is written atomically and sealed with an integrity digest
+        (:mod:`dpcore.torch.checkpoint`: sha256 of every entry, verified at load; it detects
+        corruption and accidental edits, not a deliberate forger).
         """
         samplers: list[Any] = [None] * self.world_size
         state = self.sampler.state_dict()
@@ -391,34 +395,60 @@ class DistributedDPTrainer:
             }
             if isinstance(self.engine, JLEngine):
                 checkpoint["directions"] = self.engine.directions.state_dict()
+            seal(checkpoint)
             with atomic_path(path) as temporary:
                 torch.save(checkpoint, temporary)
         _collective(lambda: dist.barrier(group=self.group))
 
     def load_checkpoint(self, path: str | Path) -> None:
-        """Every rank resumes from :meth:`save_checkpoint`'s file (same world size only)."""
+        """Every rank resumes from :meth:`save_checkpoint`'s file (same world size only).
+
+        Every rank checks everything first (integrity digest, world size, model keys and shapes,
+        optimizer, noise, its own sampler's state, JL directions, ledger) and assigns only when
+        all passed: a refused file changes nothing. The file is the same for every rank, so a
+        damaged or foreign one is refused on every rank.
+
+        Raises:
+            StateError: a file that is not such a checkpoint, fails its integrity check, was
+                written by another world size, or does not fit this trainer.
+            FileNotFoundError: no file at ``path``.
+        """
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"No checkpoint at {path}.")
         try:
             state = torch.load(path, weights_only=True, map_location="cpu")
-            saved_world = int(state["world_size"])
         except Exception as error:
             raise StateError(f"{path} is not a distributed trainer checkpoint ({error}).") from None
+        verify(state, "distributed checkpoint")
+        require(state, ("model", "optimizer", "ledger", "samplers", "world_size"), "checkpoint")
+        saved_world = state["world_size"]
         if saved_world != self.world_size:
             raise StateError(
                 f"{path} was written by {saved_world} ranks; this run has {self.world_size}. "
                 "Each rank's Poisson sampler state belongs to its shard, so resume with the "
                 "same world size."
             )
+        jl = isinstance(self.engine, JLEngine)
+        if jl != ("directions" in state):
+            raise StateError("The checkpoint's JL directions do not match this trainer's engine.")
+        samplers = state["samplers"]
+        if not isinstance(samplers, list) or len(samplers) != self.world_size:
+            raise StateError(f"Expected {self.world_size} sampler states, got {samplers!r}.")
         try:
-            self.model.load_state_dict(state["model"])
-            self.optimizer.load_state_dict(state["optimizer"])
-            self.sampler.load_state_dict(state["samplers"][self.rank])
+            check_model_state(self.model, state["model"])
+            self.optimizer.check_state_dict(state["optimizer"])
+            self.sampler.check_state_dict(samplers[self.rank])
             if isinstance(self.engine, JLEngine):
-                self.engine.directions.load_state_dict(state["directions"])
-            self.ledger = PrivacyLedger.from_state_dict(state["ledger"])
-        except (KeyError, RuntimeError, TypeError, ValueError) as error:
+                self.engine.directions.check_state_dict(state["directions"])
+            ledger = check_ledger(state["ledger"], self.ledger, samplers[self.rank]["lots_drawn"])
+        except (KeyError, RuntimeError, TypeError, ValueError, AttributeError) as error:
             if isinstance(error, DPCoreError):
                 raise
-            raise StateError(f"Checkpoint does not fit this trainer: {error}") from None
+            raise StateError(f"Checkpoint does not fit this trainer: {error!r}") from None
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.sampler.load_state_dict(samplers[self.rank])
+        if isinstance(self.engine, JLEngine):
+            self.engine.directions.load_state_dict(state["directions"])
+        self.ledger = ledger

@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from dpcore.errors import StateError
 from dpcore.torch.distributed import DistributedDPTrainer
 
 SIZE, FEATURES, SIGMA, C, Q, LR, SEED = 40, 3, 1.3, 0.7, 0.25, 0.1, 5
@@ -92,6 +93,23 @@ def scenario(name: str, rank: int, world: int, out: Path) -> dict[str, Any]:
             "params": [p.detach().clone() for p in net.parameters()],
             "ledger": run.ledger.state_dict(),
         }
+    if name == "tampered":  # a damaged checkpoint is refused on every rank, changing nothing
+        net = model(init=99)
+        run = trainer(net, seed=123)
+        run.step()
+        before = [p.detach().clone() for p in net.parameters()]
+        ledger, sampler = run.ledger.state_dict(), run.sampler.state_dict()
+        try:
+            run.load_checkpoint(out / "tampered.pt")
+        except StateError as error:
+            unchanged = (
+                all(torch.equal(a, b) for a, b in zip(before, net.parameters(), strict=True))
+                and run.ledger.state_dict() == ledger
+                and run.sampler.state_dict()["lots_drawn"] == sampler["lots_drawn"]
+                and torch.equal(run.sampler.state_dict()["generator"], sampler["generator"])
+            )
+            return {"error": "StateError", "message": str(error), "unchanged": unchanged}
+        return {}
     if name == "noise":
         # zero inputs, no bias: every clipped gradient is 0, so the update is the noise alone
         torch.manual_seed(0)  # the replicas must start equal (the trainer checks it)

@@ -114,6 +114,14 @@ def test_kill_and_resume_gives_the_uninterrupted_run(tmp_path: Path) -> None:
     # a different world size is refused, on every rank
     for result in _spawn(tmp_path, "world_mismatch", 4):
         assert result["error"] == "StateError" and "same world size" in result["message"]
+    # a ledger edited from sigma 1.3 to 100 fails the integrity check on every rank, and the
+    # trainers that refused it are unchanged
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    state["ledger"]["runs"][0]["event"]["event"]["noise_multiplier"] = 100.0
+    torch.save(state, tmp_path / "tampered.pt")
+    for result in _spawn(tmp_path, "tampered", 2):
+        assert result.get("error") == "StateError", result
+        assert "integrity check failed" in result["message"] and result["unchanged"]
 
 
 @pytest.mark.parametrize(
