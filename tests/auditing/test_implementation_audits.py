@@ -1,4 +1,4 @@
-"""The implementation audits: sound on a correct loop, each planted bug flagged by some audit.
+"""The implementation audits: sound on a correct loop, each planted bug flagged by its test.
 
 The planted bugs are external implementations (hand-written torch loops behind the adapter);
 nothing of dpcore's training code is swapped. Seeds are fixed, so these are deterministic.
@@ -6,15 +6,17 @@ nothing of dpcore's training code is swapped. Seeds are fixed, so these are dete
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from audits.implementations.plain_torch import PLANTED_BUGS, PlainTorchDpSgd
 from dpcore.auditing import AuditSettings, audit_implementation
-from dpcore.auditing.implementation_audits import seeds_verdict
+from dpcore.auditing.verdicts import FLAGGED
 from dpcore.errors import InvalidParameterError
 
-PER_STEP = AuditSettings(steps=50, runs=4)
-ONE_RUN = AuditSettings(target_epsilon=2.0, steps=100, sampler_steps=500)
+PER_STEP = AuditSettings(steps=50, runs=4, tiny_runs=2)
+ONE_RUN = AuditSettings(target_epsilon=2.0, steps=100, sampler_steps=300)
 
 
 def _audit(bug: str) -> dict[str, dict[str, object]]:
@@ -24,24 +26,32 @@ def _audit(bug: str) -> dict[str, dict[str, object]]:
 
 def test_a_correct_loop_passes_every_audit() -> None:
     rows = _audit("")
-    assert set(rows) == {"whitebox_per_step", "noise_calibration", "one_run", "sampler"}
+    assert set(rows) == set(FLAGGED)
     for row in rows.values():
         assert row["verdict"] == "consistent", row
     for audit in ("whitebox_per_step", "one_run"):
         lower, certified = rows[audit]["epsilon_lower"], rows[audit]["certified_epsilon"]
         assert isinstance(lower, float) and isinstance(certified, float)
         assert 0 <= lower <= certified
+    assert rows["sampler_lots"]["sampler_seen"] == "poisson"
 
 
-#: which audit flags each planted bug (and with which verdict)
+#: the audit meant for each planted bug
 EXPECTED = {
-    "halved noise": ("noise_calibration", "noise does not match the claim"),
-    "noise sigma, not sigma C": ("noise_calibration", "noise does not match the claim"),
-    "no clipping": ("whitebox_per_step", "violation"),
-    "realised lot size": ("noise_calibration", "noise does not match the claim"),
-    "shuffled as Poisson": ("sampler", "sampling does not match the claimed analysis"),
-    "noise per worker": ("noise_calibration", "noise does not match the claim"),
-    "noise once per 4 lots": ("noise_calibration", "noise does not match the claim"),
+    "halved noise": "noise_calibration",
+    "noise sigma, not sigma C": "noise_calibration",
+    "no clipping": "canary_per_tensor",
+    "realised lot size": "noise_calibration",
+    "shuffled as Poisson": "sampler_lots",
+    "noise per worker": "noise_calibration",
+    "noise once per 4 lots": "noise_calibration",
+    "per-tensor clipping": "canary_per_tensor",
+    "no noise on biases": "noise_per_tensor",
+    "class weights after clipping": "canary_per_tensor",
+    "skipped empty lots": "empty_lots",
+    "reused noise": "noise_correlation",
+    "lots replayed each epoch": "sampler_lots",
+    "accumulation noised per micro-batch": "noise_calibration",
 }
 
 
@@ -50,51 +60,89 @@ def test_every_planted_bug_has_an_expectation() -> None:
 
 
 @pytest.mark.parametrize("bug", PLANTED_BUGS)
-def test_planted_bug_is_flagged(bug: str) -> None:
-    audit, verdict = EXPECTED[bug]
-    assert _audit(bug)[audit]["verdict"] == verdict
+def test_planted_bug_is_flagged_by_its_test(bug: str) -> None:
+    audit = EXPECTED[bug]
+    assert _audit(bug)[audit]["verdict"] == FLAGGED[audit]
 
 
-def test_seeds_verdict_allows_what_the_confidence_allows() -> None:
-    row = {
-        "implementation": "x",
-        "audit": "one_run",
-        "claimed_epsilon": 1.0,
-        "claimed_accountant": "",
-        "certified_epsilon": 1.0,
-        "certified": {},
-        "epsilon_lower": 0.5,
-        "confidence": 0.95,
-        "claim": {},
-    }
-    one_of_twenty = [dict(row, verdict="violation")] + [dict(row, verdict="consistent")] * 19
-    assert seeds_verdict(one_of_twenty)["verdict"] == "consistent"  # 1 of 20 at 95 %: expected
-    # P[Bin(20, 0.05) >= 5] = 2.6e-3 (allowed), P[Bin(20, 0.05) >= 6] = 3.3e-4 (not)
-    five = [dict(row, verdict="violation")] * 5 + [dict(row, verdict="consistent")] * 15
-    assert seeds_verdict(five)["verdict"] == "consistent"
-    six = [dict(row, verdict="violation")] * 6 + [dict(row, verdict="consistent")] * 14
-    summary = seeds_verdict(six)
-    assert summary["verdict"] == "violation" and summary["flagged_seeds"] == 6
-    with pytest.raises(InvalidParameterError, match="rows"):
-        seeds_verdict([])
+def test_no_epsilon_bound_is_printed_for_correlated_steps_or_another_sampler() -> None:
+    for bug, reason in (("reused noise", "correlated"), ("lots replayed each epoch", "replayed")):
+        row = _audit(bug)["whitebox_per_step"]
+        assert row["epsilon_lower"] is None
+        assert str(row["bound_note"]).startswith("not an ε bound") and reason in row["bound_note"]
+        assert isinstance(row["p_value"], float)
 
 
-def test_one_seed_keeps_its_verdict() -> None:
-    row = {
-        "implementation": "x",
-        "audit": "sampler",
-        "claimed_epsilon": None,
-        "claimed_accountant": "",
-        "certified_epsilon": 1.0,
-        "certified": {},
-        "epsilon_lower": None,
-        "confidence": 0.95,
-        "claim": {},
-        "verdict": "sampling does not match the claimed analysis",
-    }
-    assert seeds_verdict([row])["verdict"] == row["verdict"]
+def test_report_has_seed_rows_and_seed_offset() -> None:
+    settings = AuditSettings(steps=20, runs=2, tiny_runs=1)
+    one_run = AuditSettings(target_epsilon=2.0, steps=20, sampler_steps=100)
+    seen: list[int] = []
+    report = audit_implementation(
+        PlainTorchDpSgd(),
+        per_step=settings,
+        one_run=one_run,
+        seeds=2,
+        seed_offset=5,
+        on_seed=lambda seed, rows: seen.append(seed),
+    )
+    assert seen == [5, 6]
+    assert {row["seed"] for row in report.seed_rows} == {5, 6}
+    assert all(row["seeds"] == 2 for row in report)
+    assert report.level == 0.05
 
 
-def test_audit_implementation_refuses_no_seeds() -> None:
-    with pytest.raises(InvalidParameterError, match="seeds"):
-        audit_implementation(PlainTorchDpSgd(), seeds=0)
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("target_epsilon", 0.0),
+        ("target_epsilon", math.inf),
+        ("delta", 1.0),
+        ("delta", math.nan),
+        ("real_records", 0),
+        ("real_records", 2.0),
+        ("steps", 0),
+        ("steps", True),
+        ("runs", 0),
+        ("runs", -1),
+        ("held_out_fraction", 0.0),
+        ("held_out_fraction", 1.0),
+        ("max_grad_norm", 0.0),
+        ("max_grad_norm", -2.0),
+        ("max_grad_norm", math.nan),
+        ("learning_rate", 0.0),
+        ("learning_rate", -0.1),
+        ("learning_rate", math.inf),
+        ("sampling_probability", 0.0),
+        ("sampling_probability", math.nan),
+        ("confidence", 1.0),
+        ("task", "cnn"),
+        ("classes", 1),
+        ("tiny_records", 0),
+        ("one_run_guesses_each_side", 600),
+    ],
+)
+def test_settings_refuse_values_out_of_range_naming_them(field: str, value: object) -> None:
+    with pytest.raises(InvalidParameterError) as error:
+        AuditSettings(**{field: value})  # type: ignore[arg-type]
+    assert error.value.parameter == field
+
+
+@pytest.mark.parametrize(
+    ("argument", "value"),
+    [
+        ("seeds", 0),
+        ("seeds", True),
+        ("seeds", 1.5),
+        ("seed_offset", -1),
+        ("seed_offset", 0.5),
+        ("level", 0.0),
+        ("level", math.nan),
+        ("per_step", "fast"),
+    ],
+)
+def test_audit_implementation_refuses_bad_arguments_naming_them(
+    argument: str, value: object
+) -> None:
+    with pytest.raises(InvalidParameterError) as error:
+        audit_implementation(PlainTorchDpSgd(), **{argument: value})  # type: ignore[arg-type]
+    assert error.value.parameter == argument
