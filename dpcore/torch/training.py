@@ -212,7 +212,9 @@ class DPTrainer:
         """Draw a lot, clip, add noise, step, record the event.
 
         Everything that could stop the step from being recorded is checked first, before the
-        sampler draws, noise is drawn or a parameter moves.
+        sampler draws, noise is drawn or a parameter moves, and again right before the noisy
+        step; an error while the lot is clipped (e.g. a non-finite gradient) puts the sampler
+        (and JL directions) back, so the ledger and the sampler stay in step.
 
         Raises:
             InvalidParameterError: the optimizer's trainable parameters are no longer the
@@ -222,32 +224,34 @@ class DPTrainer:
         """
         self.optimizer.check_parameters()
         number = self.sampler.lots_drawn
-        self.ledger.check(
-            sampling_probability=self.sampler.sampling_probability,
-            noise_multiplier=self.optimizer.noise_multiplier,
-            jl_dimension=self.jl_dimension,
-            lot=number,
-        )
+        self._check_event(number)
         self.model.train()
-        lot = self.sampler.sample()
-        inputs, targets = take(self.inputs, lot), take(self.targets, lot)
-        if self.max_physical_batch_size is None:
-            clipped = self.engine.clipped_sum(inputs, targets, self.loss_fn)
-        else:
-            clipped = clipped_sum_in_parts(
-                self.engine,
-                inputs,
-                targets,
-                self.loss_fn,
-                max_physical_batch_size=self.max_physical_batch_size,
-            )
-        # Checked again right before the noisy step: the loss function and audit hooks ran since.
-        self.ledger.check(
-            sampling_probability=self.sampler.sampling_probability,
-            noise_multiplier=self.optimizer.noise_multiplier,
-            jl_dimension=self.jl_dimension,
-            lot=number,
+        drawn_from = self.sampler.state_dict()  # a snapshot: sampling replaces, never mutates
+        directions = (
+            self.engine.directions.state_dict() if isinstance(self.engine, JLEngine) else None
         )
+        try:
+            lot = self.sampler.sample()
+            inputs, targets = take(self.inputs, lot), take(self.targets, lot)
+            if self.max_physical_batch_size is None:
+                clipped = self.engine.clipped_sum(inputs, targets, self.loss_fn)
+            else:
+                clipped = clipped_sum_in_parts(
+                    self.engine,
+                    inputs,
+                    targets,
+                    self.loss_fn,
+                    max_physical_batch_size=self.max_physical_batch_size,
+                )
+            # Again right before the noisy step: the loss function and audit hooks ran since.
+            self.optimizer.check_parameters()
+            self._check_event(number)
+        except BaseException:
+            # Nothing was released: the next step draws this lot (and JL directions) again.
+            self.sampler.load_state_dict(drawn_from)
+            if isinstance(self.engine, JLEngine) and directions is not None:
+                self.engine.directions.load_state_dict(directions)
+            raise
         self.optimizer.step(clipped)
         self.ledger.record(
             sampling_probability=self.sampler.sampling_probability,
@@ -262,6 +266,15 @@ class DPTrainer:
             else math.nan
         )
         return StepResult(self.ledger.steps, len(lot), loss, correct)
+
+    def _check_event(self, lot: int) -> None:
+        """Raise what recording the step on sampler lot ``lot`` would raise (records nothing)."""
+        self.ledger.check(
+            sampling_probability=self.sampler.sampling_probability,
+            noise_multiplier=self.optimizer.noise_multiplier,
+            jl_dimension=self.jl_dimension,
+            lot=lot,
+        )
 
     def epsilon(self, *, delta: float, accountant: str = "rdp") -> float:
         """Epsilon spent so far, from the named accountant."""

@@ -116,3 +116,38 @@ def test_shuffled_statement_carries_a_certified_lower_bound() -> None:
         ]
         is None
     )
+
+
+def test_item1_balls_in_bins_counts_the_epochs_of_the_samplers_lot_numbers() -> None:
+    # Lots 1 and 2 of a sampler with T = 2 lie in its epochs 0 and 1: two allocations.
+    late = PrivacyLedger(dataset_size=40, sampler="balls_in_bins", steps_per_epoch=2, first_lot=1)
+    for lot in (1, 2):
+        late.record(sampling_probability=0.5, noise_multiplier=0.5, lot=lot)
+    full = PrivacyLedger(dataset_size=40, sampler="balls_in_bins", steps_per_epoch=2)
+    for _ in range(4):  # two full epochs from lot 0
+        full.record(sampling_probability=0.5, noise_multiplier=0.5)
+    assert late.epochs == 2 and late.event() == full.event()
+    assert late.epsilon(delta=1e-5, accountant="rdp") == full.epsilon(delta=1e-5, accountant="rdp")
+    again = PrivacyLedger.from_state_dict(json.loads(json.dumps(late.state_dict())))
+    assert again == late and again.next_lot == 3 and again.event() == full.event()
+    aligned = PrivacyLedger(dataset_size=40, sampler="balls_in_bins", steps_per_epoch=2)
+    for _ in range(2):
+        aligned.record(sampling_probability=0.5, noise_multiplier=0.5)
+    assert aligned.epochs == 1  # the same two steps from lot 0 are one epoch
+
+
+def test_item2_the_ledger_records_each_lot_once_in_order_and_check_records_nothing() -> None:
+    ledger = PrivacyLedger(dataset_size=100, first_lot=5)
+    ledger.record(sampling_probability=0.1, noise_multiplier=1.0, lot=5)
+    before = ledger.state_dict()
+    for lot in (5, 7):
+        with pytest.raises(InvalidParameterError, match="Expected lot = 6"):
+            ledger.record(sampling_probability=0.1, noise_multiplier=1.0, lot=lot)
+    with pytest.raises(InvalidParameterError, match="noise_multiplier"):
+        ledger.check(sampling_probability=0.1, noise_multiplier=0.0)
+    event = ledger.check(sampling_probability=0.1, noise_multiplier=1.0, lot=6)
+    assert ledger.state_dict() == before
+    assert ledger.record(sampling_probability=0.1, noise_multiplier=1.0) == event
+    assert ledger.steps == 2 and ledger.next_lot == 7
+    old = {key: value for key, value in before.items() if key != "first_lot"}
+    assert PrivacyLedger.from_state_dict(old).first_lot == 0  # states saved before first_lot

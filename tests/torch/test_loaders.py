@@ -14,8 +14,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 
-from dpcore.errors import InvalidParameterError
-from dpcore.torch.loaders import LotLoader, MicroBatch
+from dpcore.errors import InvalidParameterError, StateError
+from dpcore.torch.loaders import LotLoader, LotLoadError, MicroBatch
 from dpcore.torch.samplers import PoissonSampler
 
 
@@ -244,3 +244,69 @@ def test_workers_die_when_their_parent_is_sigkilled(tmp_path: Path) -> None:
                 os.kill(pid, signal.SIGKILL)
         if child.stderr is not None:
             child.stderr.close()
+
+
+def test_item2_micro_batches_carry_their_index_in_the_lot_and_their_loader() -> None:
+    def loader() -> LotLoader:
+        sampler = PoissonSampler(30, sampling_probability=0.3, seed=1)
+        return LotLoader(Lazy(30), sampler=sampler, max_physical_batch_size=2)
+
+    first = loader()
+    micros = list(first)
+    indices: dict[int, list[int]] = {}
+    for micro in micros:
+        indices.setdefault(micro.lot, []).append(micro.index)
+    assert all(found == list(range(len(found))) for found in indices.values())
+    assert max(len(found) for found in indices.values()) > 1
+    assert all(micro.source is first.token for micro in micros)
+    assert loader().token is not first.token  # each loader tags its own micro-batches
+    assert "source" not in repr(micros[0])
+    assert first.lots_consumed == len(first) == 3
+
+
+class FailsOnce(Lazy):
+    """``Lazy`` whose record ``bad`` fails to load once (a marker file, safe across workers)."""
+
+    def __init__(self, size: int, marker: str, bad: int) -> None:
+        super().__init__(size)
+        self.marker, self.bad = marker, bad
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        if index == self.bad:
+            try:
+                os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                pass
+            else:
+                raise OSError(f"flaky read of record {index}")
+        return super().__getitem__(index)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_item7_a_failed_load_raises_a_typed_error_and_the_lot_is_drawn_again(
+    workers: int, tmp_path: Path
+) -> None:
+    def sampler() -> PoissonSampler:
+        return PoissonSampler(30, sampling_probability=0.2, seed=4)
+
+    expected = _lots(LotLoader(Lazy(30), sampler=sampler(), max_physical_batch_size=2))
+    flaky = LotLoader(
+        FailsOnce(30, str(tmp_path / "failed"), bad=17),  # first drawn in lot 3
+        sampler=sampler(),
+        max_physical_batch_size=2,
+        num_workers=workers,
+    )
+    seen: list[list[int]] = []
+    current: list[int] = []
+    with pytest.raises(LotLoadError, match="Loading a micro-batch of lot 3 failed") as caught:
+        for micro in flaky:
+            if micro.size:
+                current += micro.data[1].tolist()
+            if micro.last:
+                seen.append(current)
+                current = []
+    assert isinstance(caught.value, StateError) and caught.value.lot == 3
+    assert isinstance(caught.value.__cause__, OSError)
+    assert seen == expected[:3] and current == [3, 5, 12, 13]  # two micro-batches of lot 3
+    assert flaky.lots_consumed == 3  # rewound to the start of lot 3
+    assert seen + _lots(flaky) == expected  # lot 3 again, identically, then the rest

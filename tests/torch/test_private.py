@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import copy
+import math
+import os
+from pathlib import Path
+from typing import Any
+
 import pytest
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from dpcore.calibration import calibrate_noise
 from dpcore.errors import InvalidParameterError, StateError
 from dpcore.torch.errors import IncompatibleModelError
-from dpcore.torch.loaders import LotLoader
+from dpcore.torch.loaders import LotLoader, LotLoadError, MicroBatch
 from dpcore.torch.private import make_private
 from dpcore.torch.samplers import PoissonSampler
 from dpcore.torch.training import DPTrainer
+from tests.torch.test_misuse import assert_same
 from tests.torch.zoo import ZOO
 
 CROSS_ENTROPY = nn.CrossEntropyLoss(reduction="none")
@@ -205,3 +212,238 @@ def test_a_model_whose_examples_interact_is_refused_before_training() -> None:
             max_grad_norm=1.0,
             noise_multiplier=1.0,
         )
+
+
+# ---------------------------------------------------------------- the optimizer steps what ran
+class Records(Dataset[tuple[torch.Tensor, int]]):
+    """Records made from their index; with a ``marker`` path, record ``bad`` fails to load once.
+
+    The marker file is created atomically (``O_EXCL``) by the first read, so the record fails
+    exactly once across worker processes too (a flaky file read).
+    """
+
+    def __init__(self, size: int, marker: str | None = None, bad: int = -1) -> None:
+        self.size, self.marker, self.bad = size, marker, bad
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        if self.marker is not None and index == self.bad:
+            try:
+                os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                pass
+            else:
+                raise OSError(f"flaky read of record {index}")
+        x = torch.tensor([math.sin(index), math.cos(3 * index), index / self.size])
+        return x.double(), index % 2
+
+
+def _mlp_private(  # type: ignore[no-untyped-def]
+    dataset: Dataset[Any],
+    *,
+    q: float = 0.25,
+    physical: int | None = 2,
+    workers: int = 0,
+    engine: str = "fast",
+):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)).double()
+    loader = LotLoader(
+        dataset,
+        sampler=PoissonSampler(len(dataset), sampling_probability=q, seed=5),  # type: ignore[arg-type]
+        max_physical_batch_size=physical,
+        num_workers=workers,
+    )
+    return make_private(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+        loader,
+        loss_fn=CROSS_ENTROPY,
+        max_grad_norm=1.0,
+        noise_multiplier=0.8,
+        engine=engine,
+        seed=6,
+        **({"jl_dimension": 2} if engine == "jl" else {}),  # type: ignore[arg-type]
+    )
+
+
+def _state(model: nn.Module, optimizer: Any) -> dict[str, Any]:
+    """What a refused step must leave as it was."""
+    return {
+        "parameters": [p.detach().clone() for p in model.parameters()],
+        "optimizer": copy.deepcopy(optimizer.optimizer.state_dict()),
+        "loader": optimizer.loader.state_dict(),
+        "ledger": optimizer.ledger.state_dict(),
+        "noise": copy.deepcopy(optimizer.dp.noise.state_dict()),
+    }
+
+
+def test_item2_the_same_lot_stepped_twice_is_refused_before_anything_changes() -> None:
+    model, optimizer, loader = _mlp_private(Records(24), physical=None)
+    micros = iter(loader)
+    first = next(micros)
+    assert optimizer.step(first) is not None
+    before = _state(model, optimizer)
+    with pytest.raises(InvalidParameterError, match="lot 0 was already stepped"):
+        optimizer.step(first)  # its last micro-batch again: a second step on the same lot
+    assert_same(before, _state(model, optimizer))
+    assert optimizer.step(next(micros)) is not None
+    assert optimizer.ledger.steps == 2 and optimizer.ledger.next_lot == 2
+
+
+def _next_lot(micros: Any) -> list[MicroBatch]:
+    lot = [next(micros)]
+    while not lot[-1].last:
+        lot.append(next(micros))
+    return lot
+
+
+def test_item2_a_duplicate_or_out_of_order_micro_batch_is_refused_and_micro_0_restarts() -> None:
+    model, optimizer, loader = _mlp_private(Records(24), physical=1)
+    micros = iter(loader)
+    lot = _next_lot(micros)
+    while len(lot) < 4:  # a lot of at least four micro-batches
+        for micro in lot:
+            optimizer.step(micro)
+        lot = _next_lot(micros)
+    assert [m.index for m in lot] == list(range(len(lot)))
+    optimizer.step(lot[0])
+    optimizer.step(lot[1])
+    before = _state(model, optimizer)
+    for wrong in (lot[1], lot[3]):  # a duplicate, one out of order
+        with pytest.raises(InvalidParameterError, match=f"micro-batch 2 of lot {lot[0].lot} next"):
+            optimizer.step(wrong)
+        assert_same(before, _state(model, optimizer))
+    assert optimizer.step(lot[0]) is None  # micro-batch 0 again: the lot starts again
+    with pytest.raises(InvalidParameterError, match="micro-batch 1 of lot"):
+        optimizer.step(lot[2])
+    results = [optimizer.step(micro) for micro in lot[1:]]
+    assert results[-1] is not None and optimizer.ledger.steps == lot[0].lot + 1
+    reference, once, loader = _mlp_private(Records(24), physical=1)  # each lot stepped once
+    micros = iter(loader)
+    while once.ledger.steps < optimizer.ledger.steps:
+        once.step(next(micros))
+    assert once.ledger == optimizer.ledger
+    for found, wanted in zip(model.parameters(), reference.parameters(), strict=True):
+        assert torch.equal(found, wanted)
+
+
+def test_item3_a_micro_batch_of_another_loader_or_changed_sampling_is_refused() -> None:
+    model, optimizer, loader = _mlp_private(Records(24), q=0.01)
+    other = LotLoader(Records(24), sampling_probability=1.0, seed=0)
+    micro = next(iter(loader))
+    before = _state(model, optimizer)
+    foreign = next(iter(other))  # all 24 records: it would be recorded at q = 0.01
+    with pytest.raises(InvalidParameterError, match="from another LotLoader"):
+        optimizer.step(foreign)
+    handmade = MicroBatch(foreign.data, foreign.size, 0, foreign.size, foreign.last)
+    assert handmade == foreign  # the loader's token is not part of equality
+    with pytest.raises(InvalidParameterError, match="from no LotLoader"):
+        optimizer.step(handmade)
+    assert_same(before, _state(model, optimizer))
+    loader.sampler.sampling_probability = 1.0
+    with pytest.raises(InvalidParameterError, match=r"sampling_probability to stay 0\.01"):
+        optimizer.step(micro)
+    loader.sampler.sampling_probability = 0.01
+    sampler = loader.sampler
+    loader.sampler = PoissonSampler(24, sampling_probability=0.01, seed=5)
+    with pytest.raises(InvalidParameterError, match=r"loader\.sampler to stay"):
+        optimizer.step(micro)
+    loader.sampler = sampler
+    assert_same(before, _state(model, optimizer))
+    optimizer.step(micro)
+    assert optimizer.ledger.steps == (1 if micro.last else 0)
+
+
+def test_item4_parameters_added_or_frozen_after_make_private_are_refused_before_clipping() -> None:
+    model, optimizer, loader = _mlp_private(Records(24), physical=1)
+    micros = iter(loader)
+    first = next(micros)
+    while first.last:  # a lot of several micro-batches
+        optimizer.step(first)
+        first = next(micros)
+    model.append(nn.Linear(2, 2).double())  # a layer appended and given to the optimizer
+    optimizer.optimizer.add_param_group({"params": list(model[3].parameters())})
+    before = _state(model, optimizer)
+    with pytest.raises(InvalidParameterError, match=r"added since: \['3.weight', '3.bias'\]"):
+        optimizer.step(first)  # before the lot's first micro-batch is clipped
+    assert_same(before, _state(model, optimizer))
+    optimizer.optimizer.param_groups.pop()
+    del model[3]
+    assert optimizer.step(first) is None
+    rest = [next(micros)]
+    while not rest[-1].last:
+        rest.append(next(micros))
+    for micro in rest[:-1]:
+        optimizer.step(micro)
+    model[0].bias.requires_grad_(False)  # frozen right before the lot's noisy step
+    before = _state(model, optimizer)
+    with pytest.raises(InvalidParameterError, match=r"frozen since: \['0.bias'\]"):
+        optimizer.step(rest[-1])
+    assert_same(before, _state(model, optimizer))
+    model[0].bias.requires_grad_(True)
+    assert optimizer.step(rest[-1]) is not None
+
+
+def test_item5_a_step_the_ledger_would_refuse_does_not_run() -> None:
+    model, optimizer, loader = _mlp_private(Records(24), physical=None)
+    micro = next(iter(loader))
+    optimizer.dp.noise_multiplier = 0.0  # noise and a parameter update, then a refused record
+    before = _state(model, optimizer)
+    with pytest.raises(InvalidParameterError, match="Expected noise_multiplier > 0"):
+        optimizer.step(micro)
+    assert_same(before, _state(model, optimizer))  # no noise drawn, no parameter moved
+    optimizer.dp.noise_multiplier = 0.8
+    assert optimizer.step(micro) is not None and optimizer.ledger.steps == 1
+
+
+def test_item6_a_loop_that_skips_empty_lots_is_told_to_step_them() -> None:
+    _, optimizer, loader = _mlp_private(Records(24), q=0.05)
+    stepped = []
+    with pytest.raises(InvalidParameterError, match=r"an empty one \(micro.data is None"):
+        for micro in loader:
+            if micro.data is None:  # the user's loop skips empty lots
+                continue
+            if optimizer.step(micro) is not None:
+                stepped.append(micro.lot)
+    assert stepped == list(range(len(stepped)))  # the lots before the first empty one
+    assert optimizer.ledger.steps == len(stepped)
+    _, optimizer, loader = _mlp_private(Records(24), q=0.05)
+    for micro in loader:  # stepping every micro-batch, empty lots included, runs the epoch
+        optimizer.step(micro)
+    assert optimizer.ledger.steps == len(loader) == 20
+
+
+def _run_retrying(optimizer: Any, loader: LotLoader, lots: int) -> tuple[int, bool]:
+    """Step ``lots`` lots, iterating the loader again after a failed load; (failures, partial)."""
+    failures, partial, last = 0, False, None
+    while optimizer.ledger.steps < lots:
+        try:
+            for micro in loader:
+                optimizer.step(micro)
+                last = micro
+                if optimizer.ledger.steps == lots:
+                    break
+        except LotLoadError as error:
+            assert isinstance(error.__cause__, OSError) and "flaky read" in str(error)
+            failures += 1
+            partial = last is not None and last.lot == error.lot and not last.last
+    return failures, partial
+
+
+@pytest.mark.parametrize(("workers", "engine"), [(0, "fast"), (2, "fast"), (0, "jl")])
+def test_item7_a_lot_whose_record_fails_to_load_is_retried_and_counted_once(
+    workers: int, engine: str, tmp_path: Path
+) -> None:
+    model, optimizer, loader = _mlp_private(Records(24), engine=engine)
+    assert _run_retrying(optimizer, loader, 8) == (0, False)
+    flaky_model, flaky, flaky_loader = _mlp_private(
+        Records(24, marker=str(tmp_path / "failed"), bad=16), engine=engine, workers=workers
+    )
+    failures, partial = _run_retrying(flaky, flaky_loader, 8)
+    assert failures == 1 and partial  # it failed mid-lot: a partial sum was discarded
+    assert flaky.ledger.steps == 8 and flaky.ledger == optimizer.ledger
+    for found, wanted in zip(flaky_model.parameters(), model.parameters(), strict=True):
+        assert torch.equal(found, wanted)

@@ -264,3 +264,109 @@ def test_progress_bar_reads_the_requested_accountant(capsys: pytest.CaptureFixtu
     trainer.train(steps=10, delta=1e-3, progress=True, accountant="pld")
     expected = f"eps={trainer.epsilon(delta=1e-3, accountant='pld'):.3g}"
     assert expected in capsys.readouterr().err
+
+
+def _bins_trainer(drawn: int) -> DPTrainer:
+    """N = 40, T = 2, sigma = 0.5 on a balls-in-bins sampler that already drew ``drawn`` lots."""
+    sampler = BallsInBinsSampler(40, steps_per_epoch=2, seed=0)
+    for _ in range(drawn):
+        sampler.sample()
+    inputs, targets = _data(40)
+    return _trainer(sampler=sampler, inputs=inputs, targets=targets, noise_multiplier=0.5)
+
+
+def _two_full_epochs_epsilon() -> float:
+    from dpcore.torch.ledger import PrivacyLedger
+
+    ledger = PrivacyLedger(dataset_size=40, sampler="balls_in_bins", steps_per_epoch=2)
+    for _ in range(4):
+        ledger.record(sampling_probability=0.5, noise_multiplier=0.5)
+    return ledger.epsilon(delta=1e-5, accountant="rdp")
+
+
+def test_item1_balls_in_bins_on_a_sampler_that_drew_a_lot_counts_both_started_epochs(
+    tmp_path: Path,
+) -> None:
+    trainer = _bins_trainer(drawn=1)
+    trainer.train(steps=2, delta=1e-5, progress=False)  # lots 1 and 2: epochs 0 and 1
+    two_epochs = _two_full_epochs_epsilon()
+    assert trainer.ledger.epochs == 2
+    assert trainer.epsilon(delta=1e-5) == pytest.approx(two_epochs, rel=1e-12)
+    assert two_epochs > 15  # was reported as one epoch: 10.1
+    first = _bins_trainer(drawn=1)  # a resumed run counts the same
+    first.step()
+    first.save_checkpoint(tmp_path / "run.pt")
+    resumed = _bins_trainer(drawn=1)
+    resumed.load_checkpoint(tmp_path / "run.pt")
+    resumed.step()
+    assert resumed.ledger == trainer.ledger
+    assert resumed.epsilon(delta=1e-5) == trainer.epsilon(delta=1e-5)
+
+
+def _snapshot(trainer: DPTrainer) -> tuple[object, ...]:
+    import copy
+
+    return (
+        [p.detach().clone() for p in trainer.model.parameters()],
+        copy.deepcopy(trainer.optimizer.optimizer.state_dict()),
+        copy.deepcopy(trainer.sampler.state_dict()),
+        trainer.ledger.state_dict(),
+        trainer.optimizer.noise.state_dict(),
+    )
+
+
+def _assert_unchanged(before: tuple[object, ...], after: tuple[object, ...]) -> None:
+    from tests.torch.test_misuse import assert_same
+
+    assert_same(before, after)
+
+
+def test_item4_parameters_added_or_frozen_after_construction_are_refused_before_the_step() -> None:
+    trainer = _trainer()
+    trainer.step()
+    extra = nn.Linear(2, 2).double()
+    trainer.optimizer.optimizer.add_param_group({"params": list(extra.parameters())})
+    before = _snapshot(trainer)
+    with pytest.raises(InvalidParameterError, match="added since"):
+        trainer.step()
+    _assert_unchanged(before, _snapshot(trainer))
+    with pytest.raises(InvalidParameterError, match="added since"):  # DPOptimizer.step as well
+        trainer.optimizer.step(trainer.engine.clipped_sum(*_data(3), trainer.loss_fn))
+    _assert_unchanged(before, _snapshot(trainer))
+    trainer.optimizer.optimizer.param_groups.pop()
+    before = _snapshot(trainer)
+    first = trainer.model[0].weight  # type: ignore[index]
+    first.requires_grad_(False)
+    with pytest.raises(InvalidParameterError, match=r"frozen since: \['0.weight'\]"):
+        trainer.step()
+    _assert_unchanged(before, _snapshot(trainer))
+    first.requires_grad_(True)
+    trainer.step()
+    assert trainer.ledger.steps == 2
+
+
+def test_item5_a_noise_multiplier_changed_under_balls_in_bins_is_refused_before_the_step() -> None:
+    trainer = _bins_trainer(drawn=0)
+    trainer.step()
+    trainer.optimizer.noise_multiplier = 2.0
+    before = _snapshot(trainer)
+    with pytest.raises(InvalidParameterError, match="to stay as recorded"):
+        trainer.step()
+    _assert_unchanged(before, _snapshot(trainer))  # no noise drawn, no lot drawn, no step
+    trainer.optimizer.noise_multiplier = 0.5
+    trainer.step()
+    assert trainer.ledger.steps == 2 and trainer.sampler.lots_drawn == 2
+
+
+def test_item5_a_lot_whose_clipping_fails_is_drawn_again_so_ledger_and_sampler_agree() -> None:
+    trainer = _trainer(q=1.0)
+    clean = trainer.inputs
+    trainer.inputs = clean.clone()
+    trainer.inputs[0, 0] = math.nan
+    before = _snapshot(trainer)
+    with pytest.raises(NonFiniteGradientError):
+        trainer.step()
+    _assert_unchanged(before, _snapshot(trainer))
+    trainer.inputs = clean
+    trainer.step()
+    assert trainer.ledger.steps == 1 and trainer.ledger.next_lot == trainer.sampler.lots_drawn
