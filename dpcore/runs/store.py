@@ -14,6 +14,7 @@ replacing the first copy: nothing is ever duplicated.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -35,6 +36,19 @@ _MISSING = object()
 
 def _dumps(value: object) -> str:
     return json.dumps(value, sort_keys=True, indent=1, allow_nan=False) + "\n"
+
+
+def _is_json(value: object) -> bool:
+    """Whether ``value`` is made of JSON values that read back equal (tuples read as lists)."""
+    if value is None or isinstance(value, str | bool | int):
+        return True
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, list | tuple):
+        return all(_is_json(item) for item in value)
+    if isinstance(value, dict):
+        return all(isinstance(key, str) and _is_json(item) for key, item in value.items())
+    return False
 
 
 class RunStore:
@@ -116,12 +130,11 @@ class RunStore:
             InvalidParameterError: ``result`` is not made of JSON values (nothing is written).
         """
         described = spec_json(spec)
-        try:
-            text = _dumps({"code": self.code, "result": result, "spec": described})
-        except (TypeError, ValueError):
+        if not _is_json(result):
             raise InvalidParameterError(
-                "result", "JSON values (str keys, finite floats)", result
-            ) from None
+                "result", "JSON values (dicts with str keys, lists, finite floats...)", result
+            )
+        text = _dumps({"code": self.code, "result": result, "spec": described})
         folder = self.folder(spec)
         atomic_write_text(folder / SPEC, _dumps(described))
         atomic_write_text(folder / RESULT, text)
