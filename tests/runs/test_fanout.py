@@ -256,3 +256,83 @@ def test_without_a_store_nothing_is_written_and_values_come_back(tmp_path: Path)
         run_many(fail_always, [Spec(1), Spec(2)], retries=0, progress=False)
     assert [spec for spec, _ in raised.value.failures] == [Spec(1)]
     assert not [p for p in tmp_path.iterdir() if p.name != SPEC]
+
+
+class _Pending:
+    """A future without ``concurrent.futures`` waiting: done after ``polls`` calls of done()."""
+
+    def __init__(self, value: Any, polls: int) -> None:
+        self.value, self.polls = value, polls
+
+    def done(self) -> bool:
+        self.polls -= 1
+        return self.polls < 0
+
+    def result(self) -> Any:
+        assert self.polls < 0, "result() before done()"
+        return self.value
+
+
+class BatchExecutor:
+    """Takes a whole batch at once (as a Slurm job array) and hands back pollable futures."""
+
+    max_in_flight = 5
+
+    def __init__(self) -> None:
+        self.batches: list[list[int]] = []
+
+    def submit(self, fn: Callable[[Spec], Any], spec: Spec) -> _Pending:
+        self.batches.append([spec.index])
+        return _Pending(fn(spec), polls=spec.index % 3)
+
+    def submit_many(self, fn: Callable[[Spec], Any], specs: list[Spec]) -> list[_Pending]:
+        self.batches.append([spec.index for spec in specs])
+        return [_Pending(fn(spec), polls=spec.index % 3) for spec in specs]
+
+
+class _Blocking:
+    """A future with ``result()`` only."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def result(self) -> Any:
+        return self.value
+
+
+class BlockingExecutor:
+    def submit(self, fn: Callable[[Spec], Any], spec: Spec) -> _Blocking:
+        return _Blocking(fn(spec))
+
+
+def test_batches_polled_futures_and_result_only_futures(tmp_path: Path) -> None:
+    batch = BatchExecutor()
+    store = RunStore(tmp_path / "batch", code="t1")
+    values = run_many(
+        compute, SPECS, store=store, executor=batch, progress=False, poll_seconds=0.001
+    )
+    assert values == [compute(spec) for spec in SPECS]
+    assert sorted(index for indices in batch.batches for index in indices) == list(range(12))
+    assert batch.batches[0] == [0, 1, 2, 3, 4]  # at most max_in_flight handed over at once
+    assert all(len(indices) <= 5 for indices in batch.batches)
+    store = RunStore(tmp_path / "blocking", code="t1")
+    assert run_many(compute, SPECS, store=store, executor=BlockingExecutor(), progress=False) == [
+        compute(spec) for spec in SPECS
+    ]
+    assert files(tmp_path / "batch") == files(tmp_path / "blocking")
+
+
+def test_a_result_kept_only_on_a_remote_disk_is_stored_here(tmp_path: Path) -> None:
+    """A worker that cannot see the store returns the value: the store keeps it on arrival."""
+    store = RunStore(tmp_path / "here", code="t1")
+    remote = RunStore(tmp_path / "there", code="t1")
+
+    class Remote:
+        def submit(self, fn: Any, spec: Spec) -> concurrent.futures.Future[Any]:
+            future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+            future.set_result(type(fn)(fn.execute, remote)(spec))
+            return future
+
+    values = run_many(compute, SPECS[:3], store=store, executor=Remote(), progress=False)
+    assert values == [compute(spec) for spec in SPECS[:3]]
+    assert files(tmp_path / "here") == files(tmp_path / "there")

@@ -77,3 +77,10 @@ def fail_always(spec: Spec) -> dict[str, Any]:
     if spec.index % 2:
         raise ArithmeticError(f"run {spec.index} cannot be computed")
     return compute(spec)
+
+
+def gpu_ids(spec: Spec) -> list[str]:
+    """The GPUs Ray gave this run (a Ray task only)."""
+    import ray
+
+    return [str(gpu) for gpu in ray.get_gpu_ids()]
