@@ -49,7 +49,7 @@ def tests(session: nox.Session) -> None:
         "dpcore",
         "tests",
         "-m",
-        "not slow and not cuda",
+        "not slow and not cuda and not engines",
         "--durations=30",
         *session.posargs,
     )
@@ -60,6 +60,14 @@ def slow(session: nox.Session) -> None:
     """Run only the tests marked slow (wide property searches, MNIST training)."""
     _install(session, "test", extras=TEST_EXTRAS)
     session.run("pytest", "tests", "-m", "slow", *session.posargs)
+
+
+@nox.session
+def engines(session: nox.Session) -> None:
+    """Run dpcore.runs through Ray and submitit's local executor (optional; CI does not need it)."""
+    # not the whole test group: its peers (Opacus) would pull in torch, which these tests never use
+    session.install("-e", ".[dask,ray,slurm]", "pytest>=8", "hypothesis>=6.100")
+    session.run("pytest", "tests/runs", "-m", "engines", *session.posargs)
 
 
 @nox.session
