@@ -93,6 +93,10 @@ class TfPrivacy:
             learning_rate=task.learning_rate,
             delta=task.delta,
             report_epsilon=task.report_epsilon,
+            layers=np.array(task.spec.layers),
+            bias=task.spec.bias,
+            activation=task.spec.activation,
+            loss=task.spec.loss,
         )
         assert worker.stdin is not None and worker.stdout is not None
         worker.stdin.write(path + "\n")

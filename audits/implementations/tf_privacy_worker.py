@@ -1,6 +1,6 @@
 """Runs in the TF Privacy environment (TF 2.15 + TF Privacy 0.9, no torch): trains audit tasks
-with ``DPKerasSGDOptimizer`` and ``model.fit`` as TF Privacy's tutorials do, and writes each
-parameter trace.
+with ``DPKerasSGDOptimizer`` and ``model.fit`` as TF Privacy's tutorials do (the task's model
+from its spec: Dense layers at the task's initial parameters), and writes each parameter trace.
 
 Protocol (one line each way per task, on stdin/stdout): the parent writes the path of a task
 ``.npz``; the worker trains, writes ``<path>.out.npz`` (``weights``: (T + 1, d); ``epsilon``,
@@ -25,15 +25,43 @@ def train(path: str) -> None:
         compute_dp_sgd_privacy,
     )
 
+    from dpcore.auditing.models import ModelSpec
+
     task = np.load(path)
     x, y, w0 = task["features"], task["targets"], task["initial_weight"]
     seed, steps = int(task["seed"]), int(task["steps"])
     n, batch = x.shape[0], int(task["batch_size"])
-    tf.keras.utils.set_random_seed(seed)
-    model = tf.keras.Sequential(
-        [tf.keras.layers.Dense(1, use_bias=False, input_shape=(x.shape[1],))]
+    spec = ModelSpec(
+        tuple(int(v) for v in task["layers"]),
+        bias=bool(task["bias"]),
+        activation=str(task["activation"]),
+        loss=str(task["loss"]),
     )
-    model.layers[0].set_weights([w0.reshape(-1, 1)])
+    tf.keras.utils.set_random_seed(seed)
+    activation = {"relu": "relu", "tanh": "tanh", "identity": None}[spec.activation]
+    sizes = spec.layers[1:]
+    model = tf.keras.Sequential(
+        [tf.keras.Input(shape=(spec.layers[0],))]
+        + [
+            tf.keras.layers.Dense(
+                size, use_bias=spec.bias, activation=activation if i < len(sizes) - 1 else None
+            )
+            for i, size in enumerate(sizes)
+        ]
+    )
+    tensors = spec.unflatten(w0.astype(np.float64))
+    step = 2 if spec.bias else 1
+    for layer, first in zip(model.layers, range(0, len(tensors), step), strict=True):
+        # Keras kernels are (inputs, outputs): the transpose of the canonical (torch) layout
+        layer.set_weights([tensors[first].T, *tensors[first + 1 : first + step]])
+
+    def vector() -> np.ndarray:
+        parts = []
+        for layer in model.layers:
+            kernel, *rest = layer.get_weights()
+            parts += [kernel.T.reshape(-1), *[b.reshape(-1) for b in rest]]
+        return np.concatenate(parts).astype(np.float64)
+
     optimizer = DPKerasSGDOptimizer(
         l2_norm_clip=float(task["max_grad_norm"]),
         noise_multiplier=float(task["noise_multiplier"]),
@@ -49,12 +77,17 @@ def train(path: str) -> None:
             flat = tf.reshape(outputs, [-1]) - tf.reshape(tf.cast(targets, outputs.dtype), [-1])
             return 0.5 * tf.square(flat)
 
-    model.compile(optimizer=optimizer, loss=HalfSquared(reduction=tf.keras.losses.Reduction.NONE))
-    trace = [w0.astype(np.float64)]
+    loss: tf.keras.losses.Loss = HalfSquared(reduction=tf.keras.losses.Reduction.NONE)
+    if spec.loss == "cross_entropy":
+        loss = tf.keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True, reduction=tf.keras.losses.Reduction.NONE
+        )
+    model.compile(optimizer=optimizer, loss=loss)
+    trace = [vector()]
 
     class Trace(tf.keras.callbacks.Callback):
         def on_train_batch_end(self, batch_index: int, logs: object = None) -> None:
-            trace.append(model.layers[0].get_weights()[0].reshape(-1).astype(np.float64))
+            trace.append(vector())
 
     data = (
         tf.data.Dataset.from_tensor_slices((x, y))

@@ -11,18 +11,24 @@ gives a p-value; the epsilon audits also give an epsilon lower bound where its a
   ``tiny_runs`` runs on a tiny dataset (``tiny_records`` records, so that lots are often empty).
   The auditor recomputes every step (:mod:`dpcore.auditing.structural`); the canary's read-back
   s_t (N(1[canary in lot], sigma^2) per step when clipped) at the steps whose lot held it are the
-  positives, every step of the canary-free runs the negatives; a held-out threshold gives
-  mu_lb (Nasr et al. 2023, arXiv 2302.07956) and the claimed Poisson sampling composes it to
-  epsilon_lb. Its p-value tests mu <= mu*, the per-step mu whose composition is the claimed
-  epsilon. The epsilon bound is printed only when the steps are independent (the noise
-  correlation test does not reject at 1 - confidence) and the lots were Poisson as the
-  accounting assumes; otherwise the row keeps its p-value and says "not an ε bound".
+  positives, every step of the canary-free runs the negatives. The GDP route with Gaussian
+  scores (:func:`dpcore.auditing.gaussian_scores.gaussian_mu_lower_bound`: exact t and chi^2
+  intervals) gives mu_lb, and the claimed Poisson sampling composes it to epsilon_lb (Nasr et
+  al. 2023, arXiv 2302.07956); the held-out threshold route's bound is kept beside it
+  (``epsilon_lower_threshold``). Its p-value (the threshold route's) tests mu <= mu*, the
+  per-step mu whose composition is the claimed epsilon; ``runs`` sets the compute. The
+  epsilon bounds are printed only when the steps are independent (the noise correlation test
+  does not reject at 1 - confidence) and the lots were Poisson as the accounting assumes;
+  otherwise the row keeps its p-value and says "not an ε bound".
   Rows: ``noise_calibration``, ``noise_per_tensor``, ``canary_per_tensor``,
   ``noise_correlation``, ``empty_lots``, ``sampler_lots`` (which sampler the lots came from).
 * :func:`one_run_audit` — Steinke, Nasr, Jagielski 2023 (arXiv 2305.08846, Thm 5.2) on the
   linear task: m canaries each in the dataset with probability 1/2, one run, score_i = sum_t
   s_t,i; "in" for the highest, "out" for the lowest. It trusts nothing (its bound holds whatever
-  the sampler); its p-value is the theorem's p(epsilon) at the claimed epsilon.
+  the sampler); its p-value is the theorem's p(epsilon) at the claimed epsilon. Beside it,
+  ``epsilon_lower_fdp``: the f-DP (Gaussian) one-run bound of Mahloujifar, Melis, Chaudhuri
+  (ICML 2025; :func:`dpcore.auditing.one_run_fdp.one_run_gdp_lower_bound`) on the same guesses,
+  a bound for mechanisms that are mu-GDP for some mu.
 * :func:`sampler_audit` — one canary and a probe run at sigma = 0.01: s_t shows, step by step,
   whether the canary was used, with no access to the sampler. Under Poisson sampling the
   inclusion count in each window of k = round(1/q) steps is Bin(k, q), so ``ones`` (windows
@@ -49,6 +55,7 @@ from dpcore.accountants import PldAccountant, RdpAccountant
 from dpcore.accountants.rdp import OrderGridEdgeWarning
 from dpcore.accountants.shuffled import shuffled_lower_bound
 from dpcore.auditing import structural
+from dpcore.auditing.gaussian_scores import gaussian_mu_lower_bound
 from dpcore.auditing.implementation import (
     AuditTask,
     Claim,
@@ -57,6 +64,7 @@ from dpcore.auditing.implementation import (
     make_mlp_task,
     make_task,
 )
+from dpcore.auditing.one_run_fdp import one_run_gdp_lower_bound
 from dpcore.auditing.statistics import _one_run_p_value, one_run_epsilon_lower_bound
 from dpcore.auditing.stepwise import composed_lower_bound, held_out_threshold_bound, two_tailed_grid
 from dpcore.auditing.structural import AuditNotApplicableError
@@ -444,7 +452,9 @@ def whitebox_audit(
         grid=two_tailed_grid,
         route="gdp",
     )
-    mu_lower = float(bound.mu_lower or 0.0)
+    mu_threshold = float(bound.mu_lower or 0.0)
+    # the GDP route with Gaussian scores (exact t / chi^2 intervals): tighter at equal runs
+    mu_lower = gaussian_mu_lower_bound(negative, positive, confidence=settings.confidence).mu_lower
     p_value = per_step_p_value(
         negative,
         positive,
@@ -453,9 +463,11 @@ def whitebox_audit(
         held_out_fraction=settings.held_out_fraction,
         seed=seed,
     )
-    lower = None
+    lower = lower_threshold = None
     if not reasons:
-        lower = composed_lower_bound(claim.sampling_probability, mu_lower, claim.steps, claim.delta)
+        q, steps, delta = claim.sampling_probability, claim.steps, claim.delta
+        lower = composed_lower_bound(q, mu_lower, steps, delta)
+        lower_threshold = composed_lower_bound(q, mu_threshold, steps, delta)
     rows.insert(
         0,
         _row(
@@ -467,6 +479,8 @@ def whitebox_audit(
             lower=lower,
             task=settings.task,
             mu_lower=mu_lower,
+            mu_lower_threshold=mu_threshold,
+            epsilon_lower_threshold=lower_threshold,
             mu_claimed=mu_claimed,
             threshold=threshold,
             positive_steps=int(positive.size),
@@ -507,6 +521,13 @@ def one_run_audit(
     p_value = _one_run_p_value(
         _reference(claim), guesses=2 * k, correct=correct, canaries=included.size, delta=claim.delta
     )
+    fdp = one_run_gdp_lower_bound(
+        canaries=included.size,
+        guesses=2 * k,
+        correct=correct,
+        delta=settings.delta,
+        confidence=settings.confidence,
+    )
     return _row(
         "one_run",
         claim,
@@ -514,6 +535,8 @@ def one_run_audit(
         seed,
         p_value=min(1.0, p_value),
         lower=bound.epsilon_lower,
+        epsilon_lower_fdp=fdp.epsilon_lower,
+        mu_lower_fdp=fdp.mu_lower,
         canaries=int(included.size),
         guesses=2 * k,
         correct=correct,

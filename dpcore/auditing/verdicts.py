@@ -17,7 +17,7 @@ from typing import Any
 
 from scipy import stats
 
-from dpcore.errors import InvalidParameterError
+from dpcore.auditing import multiple_testing
 
 #: The verdict of each audit that rejects the claim.
 FLAGGED = {
@@ -49,18 +49,12 @@ AUDIT_ORDER = (
 def holm(p_values: Sequence[float], level: float) -> list[bool]:
     """Holm's step-down rejections at family-wise level ``level`` (True: rejected).
 
+    :func:`dpcore.auditing.multiple_testing.holm` as a list.
+
     >>> holm([0.01, 0.04, 0.03], 0.05)
     [True, False, False]
     """
-    if not 0 < level < 1:
-        raise InvalidParameterError("level", "in (0, 1)", level)
-    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
-    rejected = [False] * len(p_values)
-    for rank, index in enumerate(order):
-        if p_values[index] > level / (len(p_values) - rank):
-            break
-        rejected[index] = True
-    return rejected
+    return list(multiple_testing.holm(p_values, level=level))
 
 
 def fisher(p_values: Sequence[float]) -> float:
@@ -81,7 +75,11 @@ DETAIL_KEYS = (
     "expected_under_poisson",
     "sampler_seen",
     "mu_lower",
+    "mu_lower_threshold",
     "mu_claimed",
+    "epsilon_lower_threshold",
+    "epsilon_lower_fdp",
+    "mu_lower_fdp",
     "lag1_correlation",
     "z",
     "tensors",
@@ -130,7 +128,8 @@ def summarise(
         keys = [k for k in ordered if k[0] == name]
         tested = [k for k in keys if "not_applicable" not in groups[k][0]]
         combined = {k: fisher([r["p_value"] for r in groups[k]]) for k in tested}
-        decisions = dict(zip(tested, holm([combined[k] for k in tested], level), strict=True))
+        decided = holm([combined[k] for k in tested], level) if tested else []
+        decisions = dict(zip(tested, decided, strict=True))
         for key in keys:
             group = groups[key]
             if key not in combined:
