@@ -197,7 +197,7 @@ def _fan_out(
     bar: _Progress,
 ) -> None:
     """Submit ``pending`` to ``executor``, collect as they finish, retry what failed."""
-    limit = getattr(executor, "max_in_flight", None) or len(pending)
+    limit = max(1, getattr(executor, "max_in_flight", None) or len(pending))
     queue = collections.deque(pending)
     attempts = dict.fromkeys(pending, 0)
     in_flight: dict[Any, tuple[Any, int]] = {}  # future -> (spec, executor generation)

@@ -18,7 +18,7 @@ from dpcore.atomic import temporary_prefix
 from dpcore.errors import InvalidParameterError
 from dpcore.runs import RunsFailedError, RunStore, run_many, spec_key
 from dpcore.runs.store import RESULT, SPEC
-from tests.runs.workloads import CALLS, Spec, calls, compute, fail_always
+from tests.runs.workloads import CALLS, Spec, calls, compute, die_if_odd, fail_always
 
 SPECS = [Spec(index) for index in range(12)]
 DEAD_PID = 2**22 + 1  # above Linux's largest pid: never a live process
@@ -182,11 +182,23 @@ def test_a_spawned_worker_killed_mid_run_is_replaced_and_its_run_redone(
     assert not [p for p in (tmp_path / "store").rglob("*") if p.name.endswith(".part")]
 
 
+def test_a_run_whose_worker_always_dies_is_reported_after_its_retries(tmp_path: Path) -> None:
+    store = RunStore(tmp_path, code="t1")
+    with pytest.raises(RunsFailedError) as raised:
+        run_many(
+            die_if_odd, [Spec(0), Spec(1)], store=store, executor="processes:1", progress=False
+        )
+    [(spec, error)] = raised.value.failures
+    assert spec == Spec(1) and raised.value.attempts == 2
+    assert isinstance(error, concurrent.futures.process.BrokenProcessPool)
+    assert store.has(Spec(0)) and not store.has(Spec(1))
+
+
 RESUMABLE_PROGRAM = """
 import sys
 from dpcore.runs import RunStore, run_many
 from tests.runs.workloads import Spec, compute
-specs = [Spec(index, seconds=0.15) for index in range(12)]
+specs = [Spec(index, seconds=0.08) for index in range(12)]
 run_many(compute, specs, store=RunStore(sys.argv[1], code="t1"), progress=False)
 """
 
@@ -196,7 +208,7 @@ def test_resume_after_a_kill_skips_finished_specs(tmp_path: Path, call_log: Path
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     child = subprocess.Popen([sys.executable, "-c", RESUMABLE_PROGRAM, str(root)], env=env)
     store = RunStore(root, code="t1")
-    specs = [Spec(index, seconds=0.15) for index in range(12)]
+    specs = [Spec(index, seconds=0.08) for index in range(12)]
     deadline = time.monotonic() + 60
     while sum(store.has(spec) for spec in specs) < 4 and time.monotonic() < deadline:
         time.sleep(0.02)
