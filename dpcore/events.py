@@ -27,6 +27,7 @@ from dpcore.validation import (
 )
 
 __all__ = [
+    "MAX_EVENT_DEPTH",
     "ComposedEvent",
     "DpEvent",
     "EpsilonDeltaEvent",
@@ -46,12 +47,27 @@ __all__ = [
 
 _EVENT_TYPES: dict[str, type[DpEvent]] = {}
 
+#: Most levels of nesting an event may have (a mechanism is 1 level; each sampled, composed or
+#: repeated wrapper adds one). Hashing, equality, ``repr``, :meth:`DpEvent.to_dict`,
+#: :func:`event_from_dict` and the accountants all recurse once per level, so deeper events are
+#: refused on construction (and on loading) with a typed error instead of a ``RecursionError``
+#: somewhere later. Real events are a few levels deep; put long sequences side by side in one
+#: :class:`ComposedEvent` (any width) or repeat them with :class:`SelfComposedEvent`.
+MAX_EVENT_DEPTH = 100
+
 
 @dataclasses.dataclass(frozen=True)
 class DpEvent:
     """Base class of all events. Subclasses are frozen dataclasses with a unique ``kind`` tag."""
 
     kind: ClassVar[str] = ""
+    #: Levels of nesting (1 for a mechanism); wrappers set their own on construction.
+    _depth: ClassVar[int] = 1
+
+    @property
+    def depth(self) -> int:
+        """Levels of nesting: 1 for a mechanism, 1 + the deepest inner event for a wrapper."""
+        return self._depth
 
     def __init_subclass__(cls, register: bool = True, **kwargs: Any) -> None:
         """Register the kind for :func:`event_from_dict`; ``register=False`` keeps an event
@@ -226,6 +242,19 @@ def _check_event(name: str, value: object) -> DpEvent:
     return value
 
 
+def _set_depth(event: DpEvent, name: str, inner: Iterable[DpEvent]) -> None:
+    """Record ``event``'s nesting depth, refusing more than :data:`MAX_EVENT_DEPTH` levels."""
+    depth = 1 + max((item.depth for item in inner), default=0)
+    if depth > MAX_EVENT_DEPTH:
+        raise InvalidParameterError(
+            name,
+            f"nested at most MAX_EVENT_DEPTH = {MAX_EVENT_DEPTH} levels deep (compose long "
+            "sequences side by side in one ComposedEvent instead)",
+            f"an event {depth} levels deep",
+        )
+    object.__setattr__(event, "_depth", depth)
+
+
 @dataclasses.dataclass(frozen=True)
 class PoissonSampledEvent(DpEvent):
     """``event`` applied to a Poisson sample: each record kept independently w.p. q."""
@@ -238,6 +267,7 @@ class PoissonSampledEvent(DpEvent):
         q = check_probability("sampling_probability", self.sampling_probability)
         object.__setattr__(self, "sampling_probability", q)
         _check_event("event", self.event)
+        _set_depth(self, "event", [self.event])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,6 +287,7 @@ class SampledWithoutReplacementEvent(DpEvent):
         object.__setattr__(self, "dataset_size", n)
         object.__setattr__(self, "sample_size", m)
         _check_event("event", self.event)
+        _set_depth(self, "event", [self.event])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -277,6 +308,7 @@ class RandomAllocationEvent(DpEvent):
     def __post_init__(self) -> None:
         object.__setattr__(self, "num_steps", check_count("num_steps", self.num_steps, minimum=1))
         _check_event("event", self.event)
+        _set_depth(self, "event", [self.event])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -290,6 +322,7 @@ class SelfComposedEvent(DpEvent):
     def __post_init__(self) -> None:
         _check_event("event", self.event)
         object.__setattr__(self, "count", check_count("count", self.count))
+        _set_depth(self, "event", [self.event])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -305,6 +338,7 @@ class ComposedEvent(DpEvent):
         items = tuple(events)
         for index, item in enumerate(items):
             _check_event(f"events[{index}]", item)
+        _set_depth(self, "events", items)
         object.__setattr__(self, "events", items)
 
 
@@ -322,8 +356,42 @@ def dpsgd_event(
     return SelfComposedEvent(step, steps)
 
 
+def _check_saved_depth(data: object) -> None:
+    """Refuse, before rebuilding anything, saved events nested beyond :data:`MAX_EVENT_DEPTH`.
+
+    Walks the saved form level by level (no recursion, so any depth is measured safely).
+    """
+    level: list[object] = [data]
+    depth = 0
+    while level:
+        depth += 1
+        if depth > MAX_EVENT_DEPTH:
+            raise StateError(
+                f"Expected a saved event nested at most MAX_EVENT_DEPTH = {MAX_EVENT_DEPTH} "
+                f"levels deep, got one more than {MAX_EVENT_DEPTH} levels deep."
+            )
+        inner: dict[int, object] = {}
+        for item in level:
+            if not isinstance(item, Mapping):
+                continue
+            single, many = item.get("event"), item.get("events")
+            for child in [single, *(many if isinstance(many, list) else [])]:
+                if isinstance(child, Mapping):
+                    inner[id(child)] = child
+        level = list(inner.values())
+
+
 def event_from_dict(data: Mapping[str, Any]) -> DpEvent:
-    """Rebuild an event from :meth:`DpEvent.to_dict`; malformed input raises :class:`StateError`."""
+    """Rebuild an event from :meth:`DpEvent.to_dict`; malformed input raises :class:`StateError`.
+
+    Saved events nested deeper than :data:`MAX_EVENT_DEPTH` are refused (``StateError``) before
+    anything is rebuilt.
+    """
+    _check_saved_depth(data)
+    return _event_from_dict(data)
+
+
+def _event_from_dict(data: Mapping[str, Any]) -> DpEvent:
     if not isinstance(data, Mapping) or "type" not in data:
         raise StateError(f"Expected an event object with a 'type' key, got {data!r}.")
     cls = _EVENT_TYPES.get(data["type"])
@@ -339,11 +407,11 @@ def event_from_dict(data: Mapping[str, Any]) -> DpEvent:
         for name in names:
             value = data[name]
             if name == "event":
-                value = event_from_dict(value)
+                value = _event_from_dict(value)
             elif name == "events":
                 if not isinstance(value, list):
                     raise StateError(f"Expected a list for 'events', got {value!r}.")
-                value = [event_from_dict(item) for item in value]
+                value = [_event_from_dict(item) for item in value]
             kwargs[name] = value
         return cls(**kwargs)
     except KeyError as missing:

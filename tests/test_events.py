@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 
 import pytest
 
+from dpcore.accountants import accountant_class
 from dpcore.errors import InvalidParameterError, StateError
 from dpcore.events import (
+    MAX_EVENT_DEPTH,
     ComposedEvent,
+    DpEvent,
     EpsilonDeltaEvent,
     GaussianEvent,
     LaplaceEvent,
     PoissonSampledEvent,
+    RandomAllocationEvent,
     SampledWithoutReplacementEvent,
     SelfComposedEvent,
     dpsgd_event,
@@ -143,3 +148,78 @@ def test_dict_round_trip(event) -> None:  # type: ignore[no-untyped-def]
 def test_malformed_event_dicts(data: object, match: str) -> None:
     with pytest.raises(StateError, match=match):
         event_from_dict(data)  # type: ignore[arg-type]
+
+
+def _chain(levels: int, wrap: Callable[[DpEvent], DpEvent]) -> DpEvent:
+    """``levels`` levels: a Poisson-sampled Gaussian step (2 levels) in ``levels - 2`` wrappers."""
+    event: DpEvent = PoissonSampledEvent(0.1, GaussianEvent(1.0))
+    for _ in range(levels - 2):
+        event = wrap(event)
+    return event
+
+
+WRAPPERS: list[Callable[[DpEvent], DpEvent]] = [
+    lambda inner: ComposedEvent([inner]),
+    lambda inner: SelfComposedEvent(inner, 1),
+    lambda inner: ComposedEvent([GaussianEvent(50.0), inner]),
+]
+WRAP_ANY: list[Callable[[DpEvent], DpEvent]] = [
+    *WRAPPERS,
+    lambda inner: PoissonSampledEvent(0.5, inner),
+    lambda inner: SampledWithoutReplacementEvent(1, 2, inner),
+    lambda inner: RandomAllocationEvent(2, inner),
+]
+
+
+@pytest.mark.parametrize("wrap", WRAP_ANY)
+def test_3000_nested_events_are_refused_on_construction(wrap: Callable[[DpEvent], DpEvent]) -> None:
+    # 3000 nested events raised RecursionError in hashing, equality, repr, to_dict,
+    # event_from_dict and every accountant; nesting stops at MAX_EVENT_DEPTH with a typed error.
+    event = _chain(MAX_EVENT_DEPTH, wrap)
+    assert event.depth == MAX_EVENT_DEPTH
+    with pytest.raises(InvalidParameterError, match="nested at most MAX_EVENT_DEPTH = 100"):
+        for _ in range(3000 - MAX_EVENT_DEPTH):
+            event = wrap(event)
+    assert event.depth == MAX_EVENT_DEPTH  # the refused wrapper was never built
+
+
+def test_3000_nested_saved_events_are_refused_before_rebuilding() -> None:
+    saved: dict[str, object] = {"type": "gaussian", "noise_multiplier": 1.0}
+    for index in range(3000):
+        saved = (
+            {"type": "self_composed", "event": saved, "count": 1}
+            if index % 2
+            else {"type": "composed", "events": [saved]}
+        )
+    with pytest.raises(StateError, match="nested at most MAX_EVENT_DEPTH = 100"):
+        event_from_dict(saved)
+    cyclic: dict[str, object] = {"type": "composed", "events": []}
+    cyclic["events"] = [cyclic, cyclic]  # a Python-built cycle: refused, not walked forever
+    with pytest.raises(StateError, match="nested at most"):
+        event_from_dict(cyclic)
+
+
+@pytest.mark.parametrize("wrap", WRAPPERS)
+def test_deepest_allowed_event_works_everywhere(wrap: Callable[[DpEvent], DpEvent]) -> None:
+    # At the limit every recursive path works, even from 200 frames down a caller's stack:
+    # hashing, equality, repr, the dict round trip and the rdp and pld accountants.
+    def at_depth(frames: int) -> None:
+        if frames:
+            return at_depth(frames - 1)
+        event = _chain(MAX_EVENT_DEPTH, wrap)
+        twin = _chain(MAX_EVENT_DEPTH, wrap)
+        assert hash(event) == hash(twin) and event == twin and repr(event) == repr(twin)
+        rebuilt = event_from_dict(event.to_dict())
+        assert rebuilt == event and rebuilt.depth == MAX_EVENT_DEPTH
+        flat = 2 if wrap is WRAPPERS[2] else 1  # the extra Gaussian per level, if any
+        for name in ("rdp", "pld"):
+            deep = accountant_class(name)().compose(event).get_epsilon(1e-5)
+            reference = accountant_class(name)().compose(
+                PoissonSampledEvent(0.1, GaussianEvent(1.0))
+            )
+            if flat == 2:
+                reference.compose(SelfComposedEvent(GaussianEvent(50.0), MAX_EVENT_DEPTH - 2))
+            assert deep == pytest.approx(reference.get_epsilon(1e-5), rel=1e-6)
+        return None
+
+    at_depth(200)
