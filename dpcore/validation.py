@@ -74,6 +74,18 @@ def check_count(name: str, value: object, *, minimum: int = 0) -> int:
     return result
 
 
+#: Seeds are integers in [0, SEED_LIMIT): torch's generators take a signed 64-bit seed.
+SEED_LIMIT = 2**63
+
+
+def check_seed(name: str, value: object) -> int:
+    """A seed for a torch generator: an integer in [0, 2**63) (the samplers' rule too)."""
+    result = check_count(name, value)
+    if result >= SEED_LIMIT:
+        raise InvalidParameterError(name, "< 2**63", value)
+    return result
+
+
 def check_epsilon(name: str, value: object) -> float:
     """A privacy parameter epsilon >= 0 (finite)."""
     return check_non_negative(name, value)

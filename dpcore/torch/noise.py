@@ -19,9 +19,9 @@ import torch
 
 from dpcore.errors import InvalidParameterError, StateError
 from dpcore.secure_random import secure_standard_normals
-from dpcore.validation import check_count
+from dpcore.validation import check_seed
 
-__all__ = ["NoiseSource", "SecureGaussianNoise", "SeededGaussianNoise"]
+__all__ = ["NoiseSource", "SecureGaussianNoise", "SeededGaussianNoise", "checked_standard_normal"]
 
 
 class NoiseSource(abc.ABC):
@@ -65,7 +65,8 @@ class SeededGaussianNoise(NoiseSource):
     """Reproducible normals from a seeded ``torch.Generator`` (CPU), moved to the device.
 
     Args:
-        seed: a non-negative integer; ``None`` draws one from the OS.
+        seed: an integer in [0, 2**63) (torch's generators take a signed 64-bit seed; the
+            samplers use the same rule); ``None`` draws one from the OS.
     """
 
     name = "seeded"
@@ -73,7 +74,7 @@ class SeededGaussianNoise(NoiseSource):
     def __init__(self, seed: int | None = None) -> None:
         if seed is None:
             seed = int.from_bytes(os.urandom(8), "little") >> 1
-        self.seed = check_count("seed", seed)
+        self.seed = check_seed("seed", seed)
         self.generator = torch.Generator()
         self.generator.manual_seed(self.seed)
 
@@ -125,3 +126,41 @@ class SecureGaussianNoise(NoiseSource):
     ) -> torch.Tensor:
         normals = secure_standard_normals(math.prod(shape))
         return torch.from_numpy(normals).reshape(shape).to(dtype=dtype, device=device)
+
+
+def checked_standard_normal(source: NoiseSource, parameter: torch.Tensor) -> torch.Tensor:
+    """``source``'s draws for ``parameter``, refused unless they can be its Gaussian noise.
+
+    A custom :class:`NoiseSource` may return anything; a scalar would broadcast to one draw for
+    the whole tensor, another dtype or device would be cast or fail mid-step, and a NaN or
+    infinity would make the step's noise meaningless. The draws must therefore be a tensor of
+    exactly the parameter's shape, dtype and device, and finite. The built-in sources are
+    finite by construction (``torch.randn``; Box--Muller of uniforms in (0, 1]), so only other
+    sources' draws are scanned for NaN/inf (which synchronises with the device).
+
+    Raises:
+        InvalidParameterError: naming ``noise`` and what the draws were, before the caller
+            changes any parameter.
+    """
+    draws = source.standard_normal(parameter.shape, dtype=parameter.dtype, device=parameter.device)
+    name = "noise"
+    where = f"{type(source).__name__}.standard_normal"
+    if not isinstance(draws, torch.Tensor):
+        raise InvalidParameterError(name, f"{where} to return a torch.Tensor", type(draws).__name__)
+    expected = (tuple(parameter.shape), parameter.dtype, parameter.device)
+    received = (tuple(draws.shape), draws.dtype, draws.device)
+    if received != expected:
+        raise InvalidParameterError(
+            name,
+            f"{where} to return the parameter's shape, dtype and device {expected}",
+            received,
+        )
+    if type(source) not in _FINITE_SOURCES and not bool(torch.isfinite(draws).all()):
+        raise InvalidParameterError(
+            name, f"{where} to return finite draws", "a tensor with NaN or infinite entries"
+        )
+    return draws
+
+
+#: Sources whose draws are finite by construction (not scanned by checked_standard_normal).
+_FINITE_SOURCES: tuple[type[NoiseSource], ...] = (SeededGaussianNoise, SecureGaussianNoise)

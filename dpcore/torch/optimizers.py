@@ -18,7 +18,7 @@ import torch
 
 from dpcore.errors import InvalidParameterError, StateError
 from dpcore.torch.checkpoint import check_optimizer_state, require
-from dpcore.torch.noise import NoiseSource, SeededGaussianNoise
+from dpcore.torch.noise import NoiseSource, SeededGaussianNoise, checked_standard_normal
 from dpcore.torch.per_example.base import ClippedBatch, PerExampleEngine
 from dpcore.validation import check_positive
 
@@ -152,9 +152,7 @@ class DPOptimizer:
             )
         noisy = []
         for parameter, summed in zip(self.engine.parameters, clipped.summed, strict=True):
-            noise = self.noise.standard_normal(
-                parameter.shape, dtype=parameter.dtype, device=parameter.device
-            )
+            noise = checked_standard_normal(self.noise, parameter)  # shape, dtype, finite
             noisy.append((summed.detach() + self.noise_std * noise) / self.expected_batch_size)
         return noisy
 
