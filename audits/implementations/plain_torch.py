@@ -57,6 +57,23 @@ PLANTED_BUGS = (
     "lots replayed each epoch",
     "accumulation noised per micro-batch",
 )
+#: the audit meant to flag each planted bug (:mod:`dpcore.auditing.implementation_audits`)
+TEST_FOR_BUG = {
+    "halved noise": "noise_calibration",
+    "noise sigma, not sigma C": "noise_calibration",
+    "no clipping": "canary_per_tensor",
+    "realised lot size": "noise_calibration",
+    "shuffled as Poisson": "sampler_lots",
+    "noise per worker": "noise_calibration",
+    "noise once per 4 lots": "noise_calibration",
+    "per-tensor clipping": "canary_per_tensor",
+    "no noise on biases": "noise_per_tensor",
+    "class weights after clipping": "canary_per_tensor",
+    "skipped empty lots": "empty_lots",
+    "reused noise": "noise_correlation",
+    "lots replayed each epoch": "sampler_lots",
+    "accumulation noised per micro-batch": "noise_calibration",
+}
 WORKERS = 4
 ACCUMULATED_LOTS = 4
 MICRO_BATCHES = 4

@@ -5,8 +5,9 @@ in its own environment (:mod:`audits.implementations.tf_privacy_worker`, one lon
 serving tasks over a pipe); this adapter hands it each task and replays the trace into the
 observer. The batches are TF Privacy's tutorial usage: ``tf.data`` shuffled each epoch, fixed
 size B = round(q N), last partial batch dropped; its claimed epsilon is its own
-``compute_dp_sgd_privacy`` (RDP, Poisson sampling at q = B / N assumed). It does not say which
-records each step used, so the per-step audit does not apply; the one-run and sampler audits do.
+``compute_dp_sgd_privacy`` (RDP, Poisson sampling at q = B / N assumed). Which records each
+step used is read by replaying the same seeded shuffle over the record indices (the structural
+tests would show a replay that does not match the trace).
 """
 
 from __future__ import annotations
@@ -105,8 +106,8 @@ class TfPrivacy:
         if not answer.startswith("ok"):
             raise TfPrivacyUnavailableError(f"TF Privacy worker: {answer or 'exited'}")
         result = np.load(path + ".out.npz")
-        for weight in result["weights"][1:]:
-            observer.step(weight)
+        for weight, lot in zip(result["weights"][1:], result["lots"], strict=True):
+            observer.step(weight, lot)
         epsilon = float(result["epsilon"])
         batch = int(result["batch_size"])
         return Claim(

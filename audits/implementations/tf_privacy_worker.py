@@ -3,8 +3,9 @@ with ``DPKerasSGDOptimizer`` and ``model.fit`` as TF Privacy's tutorials do (the
 from its spec: Dense layers at the task's initial parameters), and writes each parameter trace.
 
 Protocol (one line each way per task, on stdin/stdout): the parent writes the path of a task
-``.npz``; the worker trains, writes ``<path>.out.npz`` (``weights``: (T + 1, d); ``epsilon``,
-``sampling_probability``, ``batch_size``) and answers ``ok <path>`` or ``error <message>``.
+``.npz``; the worker trains, writes ``<path>.out.npz`` (``weights``: (T + 1, d); ``lots``:
+(T, B), the records of each batch; ``epsilon``, ``sampling_probability``, ``batch_size``) and
+answers ``ok <path>`` or ``error <message>``.
 """
 
 from __future__ import annotations
@@ -96,6 +97,15 @@ def train(path: str) -> None:
         .repeat()
     )
     model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[Trace()])
+    # The records of each batch: the same shuffle (same seeds, same element count) over the
+    # record indices. The auditor checks it: lots that do not match the trace fail its tests.
+    indices = (
+        tf.data.Dataset.range(n)
+        .shuffle(n, seed=seed, reshuffle_each_iteration=True)
+        .batch(batch, drop_remainder=True)
+        .repeat()
+    )
+    lots = np.stack([b.numpy() for b in indices.take(steps)])
     epsilon = np.nan
     if bool(task["report_epsilon"]):
         epsilon, _ = compute_dp_sgd_privacy(
@@ -108,6 +118,7 @@ def train(path: str) -> None:
     np.savez(
         path + ".out.npz",
         weights=np.stack(trace),
+        lots=lots,
         epsilon=float(epsilon),
         sampling_probability=batch / n,
         batch_size=batch,
