@@ -371,6 +371,7 @@ def whitebox_audit(
     Raises:
         AuditNotApplicableError: the implementation does not report its lots.
     """
+    check_count("seed", seed)
     start = time.perf_counter()
     outs: list[structural.RunAnalysis] = []
     ins: list[structural.RunAnalysis] = []
@@ -496,6 +497,7 @@ def one_run_audit(
     implementation: Implementation, settings: AuditSettings = ONE_RUN_SETTINGS, *, seed: int = 0
 ) -> dict[str, Any]:
     """Steinke et al. 2023 one-run audit with input-space canaries (module doc); one row."""
+    check_count("seed", seed)
     start = time.perf_counter()
     rng = np.random.default_rng(7_000_003 + seed)
     included = rng.integers(0, 2, size=settings.one_run_canaries).astype(bool)
@@ -562,6 +564,7 @@ def sampler_audit(
     A second run of the same task at the setting's sigma and T gives the claim the row reports
     (the probe's tiny sigma is priced by no one).
     """
+    check_count("seed", seed)
     start = time.perf_counter()
     _, claim = _train(implementation, _task(settings, [True], 5_000_011 * seed + 4, kind="linear"))
     task = _task(

@@ -197,8 +197,6 @@ class AuditReport(list[dict[str, Any]]):
     def flagged(self) -> bool:
         """Whether any audit rejected the claim (family-wise error at most :attr:`level`)."""
         return any(
-            row["verdict"] not in ("consistent",)
-            and "p_value" in row
-            and row["p_value"] is not None
+            row["verdict"] != "consistent" and not str(row["verdict"]).startswith("not applicable")
             for row in self
         )
