@@ -9,7 +9,6 @@ import warnings
 
 import numpy as np
 import torch
-from torch import nn
 from torch.utils.data import TensorDataset
 
 from dpcore.auditing.implementation import AuditTask, Claim, Observer
@@ -17,16 +16,6 @@ from dpcore.auditing.torch_model import parameters_of, torch_loss, torch_model, 
 from dpcore.torch.loaders import LotLoader
 from dpcore.torch.private import make_private
 from dpcore.torch.samplers import PoissonMismatchWarning, ShuffledBatchSampler
-
-
-def squared_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """The linear audit task's per-example loss (z - y)^2 / 2."""
-    return 0.5 * (outputs.squeeze(-1) - targets) ** 2
-
-
-def linear_model(task: AuditTask) -> nn.Module:
-    """The audit task's model at its initial parameters (float32), built from its spec."""
-    return torch_model(task)
 
 
 @dataclasses.dataclass
