@@ -387,6 +387,33 @@ def test_item4_parameters_added_or_frozen_after_make_private_are_refused_before_
     assert optimizer.step(rest[-1]) is not None
 
 
+def test_item4_a_frozen_layer_unfrozen_and_added_after_make_private_is_refused() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)).double()
+    model[0].requires_grad_(False)  # fine-tuning: the first layer frozen
+    loader = LotLoader(Records(24), sampling_probability=0.25, seed=5, max_physical_batch_size=2)
+    _, optimizer, loader = make_private(
+        model,
+        torch.optim.SGD(model[2].parameters(), lr=0.1),
+        loader,
+        loss_fn=CROSS_ENTROPY,
+        max_grad_norm=1.0,
+        noise_multiplier=0.8,
+        seed=6,
+    )
+    micros = iter(loader)
+    optimizer.step(next(micros))
+    model[0].requires_grad_(True)  # unfrozen, and its gradient from the user's own backward()
+    optimizer.optimizer.add_param_group({"params": list(model[0].parameters())})
+    for parameter in model[0].parameters():
+        parameter.grad = torch.ones_like(parameter)
+    micro = next(micros)
+    before = _state(model, optimizer)
+    with pytest.raises(InvalidParameterError, match=r"added since: \['0.weight', '0.bias'\]"):
+        optimizer.step(micro)
+    assert_same(before, _state(model, optimizer))
+
+
 def test_item5_a_step_the_ledger_would_refuse_does_not_run() -> None:
     model, optimizer, loader = _mlp_private(Records(24), physical=None)
     micro = next(iter(loader))
