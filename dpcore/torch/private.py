@@ -41,6 +41,7 @@ from torch import nn
 
 from dpcore.calibration import calibrate_noise
 from dpcore.errors import DPCoreError, InvalidParameterError, StateError
+from dpcore.torch.arguments import check_entry_arguments, derived_seed
 from dpcore.torch.batches import batch_size
 from dpcore.torch.checkpoint import check_ledger, require, seal, snapshot, verify
 from dpcore.torch.engines import make_engine
@@ -437,9 +438,15 @@ def make_private(
         InvalidParameterError: a plain ``DataLoader`` (its own ``batch_size``/``shuffle`` choose
             the examples, which the Poisson analysis does not cover), both or neither of
             ``noise_multiplier`` and ``target_epsilon``, a target without ``target_delta`` or
-            ``epochs``, a target for the JL engine.
+            ``epochs``, a target for the JL engine; before anything is built, a ``model`` that
+            is not a Module, an ``optimizer`` that is not a torch optimizer, a ``loss_fn`` or
+            ``split`` that is not callable, a ``seed`` outside [0, 2**63), a ``noise`` that is
+            not a NoiseSource.
         IncompatibleModelError: the model fails the engine's trial lots.
     """
+    check_entry_arguments(
+        model=model, optimizer=optimizer, loss_fn=loss_fn, split=split, seed=seed, noise=noise
+    )
     if not isinstance(loader, LotLoader):
         raise InvalidParameterError(
             "loader",
@@ -477,7 +484,7 @@ def make_private(
             accountant="pld",
         )
     assert noise_multiplier is not None
-    directions = None if seed is None else SeededGaussianNoise(seed + 1)
+    directions = None if seed is None else SeededGaussianNoise(derived_seed(seed))
     clipping = make_engine(
         model,
         engine=engine,

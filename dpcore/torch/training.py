@@ -20,6 +20,13 @@ from torch import nn
 from dpcore.accountants import accountant_class
 from dpcore.atomic import atomic_path
 from dpcore.errors import DPCoreError, InvalidParameterError, StateError, UnsupportedEventError
+from dpcore.torch.arguments import (
+    check_betas,
+    check_entry_arguments,
+    check_model,
+    check_momentum,
+    derived_seed,
+)
 from dpcore.torch.batches import Batch, batch_size, take
 from dpcore.torch.checkpoint import (
     check_generator_state,
@@ -68,6 +75,7 @@ class StepResult:
 
 def _check_lr(model: nn.Module, lr: float) -> None:
     """lr > 0 and finite in the parameters' dtype (torch's optimizers refuse it otherwise)."""
+    check_model(model)
     check_positive("lr", lr)
     dtypes = [p.dtype for p in model.parameters() if p.is_floating_point()]
     limit = min((torch.finfo(dtype).max for dtype in dtypes), default=math.inf)
@@ -78,8 +86,7 @@ def _check_lr(model: nn.Module, lr: float) -> None:
 
 
 def _trainable(model: nn.Module) -> list[nn.Parameter]:
-    if not isinstance(model, nn.Module):
-        raise InvalidParameterError("model", "to be a torch.nn.Module", model)
+    check_model(model)
     return [p for p in model.parameters() if p.requires_grad]
 
 
@@ -128,6 +135,9 @@ class DPTrainer:
         nonfinite: NonFinitePolicy = "raise",
         max_physical_batch_size: int | None = None,
     ) -> None:
+        check_entry_arguments(
+            model=model, optimizer=optimizer, loss_fn=loss_fn, seed=seed, noise=noise
+        )
         size = batch_size(inputs)
         if batch_size(targets, "targets") != size:
             raise InvalidParameterError(
@@ -153,7 +163,7 @@ class DPTrainer:
         self.targets = targets
         self.loss_fn = loss_fn
         self.sampler = sampler
-        directions = None if seed is None else SeededGaussianNoise(seed + 1)
+        directions = None if seed is None else SeededGaussianNoise(derived_seed(seed))
         self.engine = make_engine(
             model,
             engine=engine,
@@ -184,8 +194,16 @@ class DPTrainer:
     def dp_sgd(
         cls, model: nn.Module, *, lr: float, momentum: float = 0.0, **kwargs: Any
     ) -> DPTrainer:
-        """DP-SGD (Abadi et al. 2016, Alg. 1); DP-SGD-JL with ``engine="jl", jl_dimension=r``."""
+        """DP-SGD (Abadi et al. 2016, Alg. 1); DP-SGD-JL with ``engine="jl", jl_dimension=r``.
+
+        Raises:
+            InvalidParameterError: before anything is built, for ``lr`` not > 0 and finite,
+                ``momentum`` not >= 0 and finite, or a bad shared argument (see
+                :func:`dpcore.torch.arguments.check_entry_arguments`).
+        """
         _check_lr(model, lr)
+        momentum = check_momentum(momentum)
+        check_entry_arguments(**kwargs)  # refused before the optimizer is built
         optimizer = torch.optim.SGD(_trainable(model), lr=lr, momentum=momentum)
         return cls(model, optimizer=optimizer, **kwargs)
 
@@ -198,8 +216,16 @@ class DPTrainer:
         betas: tuple[float, float] = (0.9, 0.999),
         **kwargs: Any,
     ) -> DPTrainer:
-        """DP-Adam: Adam's update of the noisy gradient (post-processing); -JL as for DP-SGD."""
+        """DP-Adam: Adam's update of the noisy gradient (post-processing); -JL as for DP-SGD.
+
+        Raises:
+            InvalidParameterError: before anything is built, for ``lr`` not > 0 and finite,
+                ``betas`` not two numbers each in [0, 1) (the bad one named ``betas[i]``), or a
+                bad shared argument (see :func:`dpcore.torch.arguments.check_entry_arguments`).
+        """
         _check_lr(model, lr)
+        betas = check_betas(betas)
+        check_entry_arguments(**kwargs)  # refused before the optimizer is built
         optimizer = torch.optim.Adam(_trainable(model), lr=lr, betas=betas)
         return cls(model, optimizer=optimizer, **kwargs)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import warnings
 from pathlib import Path
 
@@ -18,8 +19,12 @@ import torch
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from torch import nn
+from torch.utils.data import TensorDataset
 
 from dpcore.errors import DPCoreError, InvalidParameterError, StateError
+from dpcore.torch import private, training
+from dpcore.torch.loaders import LotLoader
+from dpcore.torch.private import make_private
 from dpcore.torch.samplers import PoissonSampler, ShuffledBatchSampler
 from dpcore.torch.training import DPTrainer
 
@@ -212,3 +217,159 @@ def test_lot_loader_answers_or_refuses(q: float, seed: object, physical: object)
             inputs, labels = micro.data
             assert len(inputs) == len(labels) == micro.size
         break
+
+
+# Item 11: typed errors at the torch entry points, raised before anything is built.
+
+_NOT_BUILT = "nothing may be built for refused arguments"
+
+
+def _forbid_building(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make building an engine or a torch optimizer fail the test (not a typed error)."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError(_NOT_BUILT)
+
+    monkeypatch.setattr(training, "make_engine", refuse)
+    monkeypatch.setattr(private, "make_engine", refuse)
+    monkeypatch.setattr(torch.optim, "SGD", refuse)
+    monkeypatch.setattr(torch.optim, "Adam", refuse)
+
+
+def _data() -> dict[str, object]:
+    torch.manual_seed(0)
+    inputs, targets = torch.randn(8, 3), torch.randint(0, 2, (8,))
+    return {
+        "inputs": inputs,
+        "targets": targets,
+        "loss_fn": nn.CrossEntropyLoss(reduction="none"),
+        "noise_multiplier": 1.0,
+        "max_grad_norm": 1.0,
+        "sampler": PoissonSampler(8, sampling_probability=0.5, seed=0),
+    }
+
+
+BAD_SEEDS = [2**64, 2**63, 2**64 - 1, -1, 1.5, True, "7"]
+BAD_SHARED = [
+    *[({"seed": seed}, "seed") for seed in BAD_SEEDS],
+    ({"loss_fn": None}, "loss_fn"),
+    ({"loss_fn": "cross_entropy"}, "loss_fn"),
+    ({"noise": "secure"}, "noise"),
+]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "parameter"),
+    [
+        *BAD_SHARED,
+        ({"model": None}, "model"),
+        ({"model": "resnet"}, "model"),
+        ({"momentum": -0.1}, "momentum"),
+        ({"momentum": math.nan}, "momentum"),
+        ({"momentum": math.inf}, "momentum"),
+        ({"lr": math.nan}, "lr"),
+        ({"lr": math.inf}, "lr"),
+        ({"lr": -math.inf}, "lr"),
+    ],
+)
+def test_dp_sgd_refuses_bad_arguments_by_name_before_building(
+    kwargs: dict[str, object], parameter: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    arguments = {"model": nn.Linear(3, 2), "lr": 0.1, **_data(), **kwargs}
+    _forbid_building(monkeypatch)
+    with pytest.raises(InvalidParameterError, match=f"Expected {parameter} ") as info:
+        DPTrainer.dp_sgd(**arguments)  # type: ignore[arg-type]
+    assert info.value.parameter == parameter
+
+
+@pytest.mark.parametrize(
+    ("betas", "parameter"),
+    [
+        ((1.0, 0.999), "betas[0]"),
+        ((0.9, 1.0), "betas[1]"),
+        ((-0.1, 0.999), "betas[0]"),
+        ((0.9, -1e-9), "betas[1]"),
+        ((math.nan, 0.999), "betas[0]"),
+        ((0.9, math.nan), "betas[1]"),
+        ((0.9, math.inf), "betas[1]"),
+        ((True, 0.999), "betas[0]"),
+        ((0.9,), "betas"),
+        ((0.9, 0.99, 0.999), "betas"),
+        ("ab", "betas"),
+        (None, "betas"),
+    ],
+)
+def test_dp_adam_refuses_each_bad_beta_by_name_before_building(
+    betas: object, parameter: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _forbid_building(monkeypatch)
+    with pytest.raises(InvalidParameterError, match=f"Expected {re.escape(parameter)} ") as info:
+        DPTrainer.dp_adam(nn.Linear(3, 2), lr=0.1, betas=betas, **_data())  # type: ignore[arg-type]
+    assert info.value.parameter == parameter
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "parameter"),
+    [
+        *BAD_SHARED,
+        ({"model": None}, "model"),
+        ({"optimizer": "sgd"}, "optimizer"),
+        ({"optimizer": None}, "optimizer"),
+    ],
+)
+def test_dp_trainer_refuses_bad_arguments_by_name_before_building(
+    kwargs: dict[str, object], parameter: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = nn.Linear(3, 2)
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    arguments = {"model": model, "optimizer": sgd, **_data(), **kwargs}
+    _forbid_building(monkeypatch)
+    with pytest.raises(InvalidParameterError, match=f"Expected {parameter} ") as info:
+        DPTrainer(**arguments)  # type: ignore[arg-type]
+    assert info.value.parameter == parameter
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "parameter"),
+    [
+        *BAD_SHARED,
+        ({"model": None}, "model"),
+        ({"optimizer": object()}, "optimizer"),
+        ({"split": None}, "split"),
+        ({"split": "pair"}, "split"),
+    ],
+)
+def test_make_private_refuses_bad_arguments_by_name_before_building(
+    kwargs: dict[str, object], parameter: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = nn.Linear(3, 2)
+    data = _data()
+    loader = LotLoader(
+        TensorDataset(data["inputs"], data["targets"]),  # type: ignore[arg-type]
+        sampler=PoissonSampler(8, sampling_probability=0.5, seed=0),
+    )
+    arguments = {
+        "model": model,
+        "optimizer": torch.optim.SGD(model.parameters(), lr=0.1),
+        "loader": loader,
+        "loss_fn": data["loss_fn"],
+        "max_grad_norm": 1.0,
+        "noise_multiplier": 1.0,
+        **kwargs,
+    }
+    _forbid_building(monkeypatch)
+    with pytest.raises(InvalidParameterError, match=f"Expected {parameter} ") as info:
+        make_private(**arguments)  # type: ignore[arg-type]
+    assert info.value.parameter == parameter
+
+
+def test_largest_seed_seeds_noise_and_directions() -> None:
+    # 2**63 - 1 is the largest seed of the one rule; the JL directions take seed + 1 wrapped
+    # into the same range (0 here), so it builds and steps like any other seed.
+    largest = 2**63 - 1
+    trainer = DPTrainer.dp_sgd(
+        nn.Linear(3, 2), lr=0.1, engine="jl", jl_dimension=2, seed=largest, **_data()
+    )
+    assert trainer.optimizer.noise.state_dict()["seed"] == largest
+    trainer.step()
+    assert all(bool(torch.isfinite(p).all()) for p in trainer.model.parameters())
