@@ -102,32 +102,39 @@ class DPOptimizer:
             InvalidParameterError: naming the parameters added, frozen or holding a gradient.
         """
         engine = {id(p): name for name, p in self.engine.named_parameters}
+        held = [p for group in self.optimizer.param_groups for p in group["params"]]
+        trainable = [p for p in held if p.requires_grad]
+        if (
+            len(trainable) == len(engine)
+            and all(id(p) in engine for p in trainable)
+            and all(p.requires_grad for _, p in self.engine.named_parameters)
+            and all(p.grad is None for p in held if id(p) not in engine)
+        ):
+            return  # the usual case, without walking the model for names
         names = {id(p): name for name, p in self.engine.model.named_parameters()}
+
+        def name(parameter: torch.Tensor) -> str:
+            return names.get(id(parameter), f"a parameter of shape {tuple(parameter.shape)}")
+
         problems = []
-        frozen = [name for name, p in self.engine.named_parameters if not p.requires_grad]
+        frozen = [label for label, p in self.engine.named_parameters if not p.requires_grad]
         if frozen:
             problems.append(f"frozen since: {frozen}")
-        held = [p for group in self.optimizer.param_groups for p in group["params"]]
-        added = [
-            names.get(id(p), f"a parameter of shape {tuple(p.shape)}")
-            for p in held
-            if p.requires_grad and id(p) not in engine
-        ]
+        added = [name(p) for p in trainable if id(p) not in engine]
         if added:
             problems.append(f"added since: {added}")
         carrying = [
-            names.get(id(p), f"a parameter of shape {tuple(p.shape)}")
+            name(p)
             for p in held
             if not p.requires_grad and id(p) not in engine and p.grad is not None
         ]
         if carrying:
             problems.append(f"outside the engine but holding a gradient: {carrying}")
-        trainable = [p for p in held if p.requires_grad]
         present = {id(p) for p in held}
-        missing = [name for name, p in self.engine.named_parameters if id(p) not in present]
+        missing = [label for label, p in self.engine.named_parameters if id(p) not in present]
         if missing:
             problems.append(f"removed since: {missing}")
-        elif not problems and len(trainable) != len(engine):
+        if not problems:
             problems.append("a parameter appears more than once")
         if problems:
             raise InvalidParameterError(
