@@ -10,9 +10,9 @@ and the DP-SGD-JL reproductions (:mod:`reproductions.bu2021_jl.speed`, ``.memory
   memory searches); :func:`timing_worker` and :func:`memory_worker` are the ``--worker`` command
   lines around them, each taking a ``build`` hook for a study's own model and step;
 - parent side: :func:`run_cell` runs one cell in a fresh ``python -m <module> --worker`` process
-  and returns a typed :class:`~bench.protocol.WorkerResult`; :func:`run_timing` and
+  and returns a typed :class:`~dpcore.runs.workers.WorkerResult`; :func:`run_timing` and
   :func:`run_capped` turn it into the result rows of the timing and memory benchmarks;
-- the result-line protocol and out-of-memory detection (:mod:`bench.protocol`, torch-free):
+- the result-line protocol and out-of-memory detection (:mod:`dpcore.runs.workers`, torch-free):
   :func:`emit_result`, :class:`WorkerResult`, :func:`is_oom`, :func:`peak_rss_mb`.
 
 torch is imported only inside the functions that need it.
@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.protocol import (
+from dpcore.runs.workers import (
     POLL_SECONDS,
     RESULT_PREFIX,
     WorkerResult,
@@ -576,7 +576,7 @@ def run_cell(
 
     ``module``'s ``__main__`` must call :func:`timing_worker` or :func:`memory_worker` (or
     another worker that prints one result line). ``cap_mb`` and ``timeout`` are enforced as in
-    :func:`bench.protocol.run_worker`; nothing the worker does raises here.
+    :func:`dpcore.runs.workers.run_worker`; nothing the worker does raises here.
     """
     return run_worker(
         worker_command(cell, module, **options),

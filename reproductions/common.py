@@ -1,6 +1,7 @@
-"""Helpers shared by the reproductions: README tables, JSON-safe numbers, code fingerprints.
+"""Helpers shared by the reproductions: JSON-safe numbers, code fingerprints, profiles.
 
-Results are saved and read through :class:`reproductions.harness.output.Output`.
+Results are saved and read through :class:`reproductions.harness.output.Output`; README tables
+are written by :func:`dpcore.runs.markers.write_between_markers`.
 """
 
 from __future__ import annotations
@@ -13,23 +14,11 @@ from typing import TypeVar
 
 from dpcore.errors import InvalidParameterError
 
+# audits/implementations/table.py still imports write_between_markers from here; drop this line
+# once it imports dpcore.runs.markers instead.
+from dpcore.runs.markers import write_between_markers  # noqa: F401
+
 C = TypeVar("C")
-
-
-def write_between_markers(readme: Path, start: str, end: str, table: str) -> bool:
-    """Replace the text between the ``start`` and ``end`` markers of ``readme`` by ``table``.
-
-    Returns False (and leaves the file alone) when the file or either marker is missing.
-    """
-    if not readme.is_file():
-        return False
-    text = readme.read_text()
-    if start not in text or end not in text:
-        return False
-    head, rest = text.split(start, 1)
-    tail = rest.split(end, 1)[1]
-    readme.write_text(f"{head}{start}\n{table}\n{end}{tail}")
-    return True
 
 
 def finite_or_none(value: float) -> float | None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from dpcore.atomic import atomic_write_text
-from reproductions.common import write_between_markers
+from dpcore.runs.markers import write_between_markers
 from reproductions.harness import ROOT, Output
 
 __all__ = ["Row", "build_rows", "compute", "plot", "verdict"]

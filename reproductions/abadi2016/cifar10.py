@@ -40,6 +40,7 @@ import torch
 from dpcore.atomic import atomic_write_text
 from dpcore.data import DataUnavailableError, cache_dir, load_cifar10
 from dpcore.events import dpsgd_event
+from dpcore.runs.markers import write_between_markers
 from reproductions.abadi2016.cifar10_inputs import augment, evaluation_inputs
 from reproductions.abadi2016.cifar10_training import (
     PAPER_SETTINGS,
@@ -51,7 +52,7 @@ from reproductions.abadi2016.cifar10_training import (
     train_setting,
 )
 from reproductions.abadi2016.mnist_core import epochs_reached, epsilon_columns, run_status
-from reproductions.common import profile_config, write_between_markers
+from reproductions.common import profile_config
 from reproductions.harness import ROOT, Output, hardware_label
 
 __all__ = [

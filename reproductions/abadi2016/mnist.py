@@ -29,6 +29,7 @@ import torch
 
 from dpcore.atomic import atomic_write_text
 from dpcore.events import dpsgd_event
+from dpcore.runs.markers import write_between_markers
 from reproductions.abadi2016.mnist_core import (
     CODE_MODULES,
     Data,
@@ -48,7 +49,7 @@ from reproductions.abadi2016.mnist_core import (
     train_private,
     with_projection,
 )
-from reproductions.common import profile_config, write_between_markers
+from reproductions.common import profile_config
 from reproductions.harness import Output, hardware_label
 
 __all__ = [

@@ -28,6 +28,7 @@ import torch
 
 from dpcore.atomic import atomic_write_text
 from dpcore.errors import InvalidParameterError
+from dpcore.runs.markers import write_between_markers
 from reproductions.abadi2016.mnist_core import (
     CODE_MODULES,
     Data,
@@ -42,7 +43,7 @@ from reproductions.abadi2016.mnist_core import (
     steps_within_budget,
     train_private,
 )
-from reproductions.common import profile_config, write_between_markers
+from reproductions.common import profile_config
 from reproductions.harness import Output, RunState, hardware_label
 
 STEM = "abadi2016_sweeps"

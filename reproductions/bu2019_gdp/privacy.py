@@ -36,10 +36,11 @@ from dpcore.accountants.pld import PldAccountant
 from dpcore.accountants.rdp import OrderGridEdgeWarning
 from dpcore.errors import InvalidParameterError
 from dpcore.events import DpEvent, dpsgd_event
+from dpcore.runs.markers import write_between_markers
 from dpcore.tradeoff import GaussianTradeoff
 from reproductions.bu2019_gdp import tradeoff_curves
 from reproductions.bu2019_gdp.settings import SETTINGS, Setting
-from reproductions.common import finite_or_none, write_between_markers
+from reproductions.common import finite_or_none
 from reproductions.harness import Output
 
 STEM = "bu2019_privacy"

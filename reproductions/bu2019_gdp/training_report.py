@@ -20,8 +20,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from dpcore.runs.markers import write_between_markers
 from reproductions.bu2019_gdp.training_setup import results_stem
-from reproductions.common import write_between_markers
 from reproductions.harness import Output
 
 README = Path(__file__).with_name("README.md")

@@ -11,10 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from dpcore.runs.markers import write_between_markers
 from reproductions.bu2021_jl.accuracy_setup import results_stem, spread
 from reproductions.bu2021_jl.config import README
 from reproductions.bu2021_jl.privacy_intervals import fmt_interval
-from reproductions.common import write_between_markers
 from reproductions.harness import Output
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dpcore.errors import InvalidParameterError
-from reproductions.common import write_between_markers
+from dpcore.runs.markers import write_between_markers
 
 if TYPE_CHECKING:
     # Not imported at run time: the TF Privacy baseline imports this module without torch.

@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bench import protocol
 from dpcore.errors import InvalidParameterError
+from dpcore.runs import workers as protocol
 from reproductions.bu2021_jl import config as paper
 from reproductions.bu2021_jl.dpcore_tf_worker import (
     DP_METHODS,

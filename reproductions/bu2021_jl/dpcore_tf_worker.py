@@ -7,8 +7,8 @@ configure TensorFlow's threads, build the IMDb LSTM and the method's step (:func
 and time warm-up and timed lots, resuming from a checkpoint of the lots timed so far. The model,
 the lots, the timing loop and the checkpointed measurement are the TF Privacy baseline's
 (:mod:`~reproductions.bu2021_jl.tf_privacy_worker`, imported); only the steps differ. The child
-prints what :func:`worker` returns as the one result line of :mod:`bench.protocol`; its progress
-goes to stderr. Also the configuration both sides share (:class:`DpcoreTfConfig`,
+prints what :func:`worker` returns as the one result line of :mod:`dpcore.runs.workers`; its
+progress goes to stderr. Also the configuration both sides share (:class:`DpcoreTfConfig`,
 :data:`METHODS`). TensorFlow and dpcore's TensorFlow backend are imported only inside functions.
 """
 

@@ -34,8 +34,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench import cache, cells
+from bench import cells
 from bench.cells import Cell
+from dpcore.runs import measurements as cache
 from reproductions.bu2021_jl import config as paper
 from reproductions.bu2021_jl.memory_worker import MODULE, SMALL_HIDDEN, WIDE_HIDDEN, _variant
 from reproductions.common import code_fingerprint
@@ -45,7 +46,13 @@ STEM = "bu2021_jl_memory"
 TABLE = "memory-table"
 #: The code that measures (model and step builders, memory probe, worker, the outcome of a
 #: probe): its fingerprint is part of every cached probe's key.
-MEASURING_CODE = ("dpcore.torch", "bench", MODULE, "reproductions.bu2021_jl.memory")
+MEASURING_CODE = (
+    "dpcore.torch",
+    "dpcore.runs.workers",
+    "bench",
+    MODULE,
+    "reproductions.bu2021_jl.memory",
+)
 #: Fields of :class:`MemoryConfig` that say which probes run, not what one measures (the
 #: ``cuda_*`` values are in ``cap_mb`` and the ranges once :meth:`MemoryConfig.on` applied them).
 _NOT_IN_PROBE_KEY = (

@@ -41,8 +41,9 @@ from typing import Any
 
 import numpy as np
 
-from bench import cache
 from bench.cells import Cell, run_timing, timing_worker
+from dpcore.atomic import atomic_write_bytes
+from dpcore.runs import measurements as cache
 from reproductions.bu2021_jl import config as paper
 from reproductions.common import code_fingerprint
 from reproductions.harness import Output
@@ -63,7 +64,7 @@ DPCORE_TF_MISSING = "not measured here: run `nox -s dpcoretf`"
 DPCORE_TF_NOT_ON_GPU = "not timed on the GPU (`nox -s dpcoretf` runs on CPU; see the CPU table)"
 #: The code that measures (model and step builders, timing loop, worker): its fingerprint is part
 #: of every cached measurement's key.
-MEASURING_CODE = ("dpcore.torch", "bench", MODULE)
+MEASURING_CODE = ("dpcore.torch", "dpcore.runs.workers", "bench", MODULE)
 
 
 def stem_for(device: str) -> str:
@@ -138,7 +139,7 @@ def _imdb_train() -> tuple[np.ndarray, np.ndarray]:
     x, y, _, _ = imdb_sequences()
     buffer = io.BytesIO()
     np.savez(buffer, x=x.astype(np.int32), y=y.astype(np.int8))
-    cache.atomic_write_bytes(DATA_CACHE, buffer.getvalue())
+    atomic_write_bytes(DATA_CACHE, buffer.getvalue())
     return x, y
 
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from dpcore.runs.markers import write_between_markers
 from dpcore.torch.models import IMDB_SEQUENCE_LENGTH
 from reproductions.bu2021_jl import config as paper
 from reproductions.bu2021_jl.privacy_intervals import fmt_interval
 from reproductions.bu2021_jl.summary_setup import STEM
-from reproductions.common import write_between_markers
 from reproductions.harness import Output
 
 SPEED_STEM = "bu2021_jl_speed"

@@ -55,8 +55,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bench import protocol
 from dpcore.errors import InvalidParameterError
+from dpcore.runs import workers as protocol
 from reproductions.bu2021_jl import config as paper
 from reproductions.bu2021_jl.tf_privacy_worker import (
     DP_METHODS,
@@ -202,7 +202,7 @@ def run_module_worker(
     timeout: float | None = None,
 ) -> dict[str, Any]:
     """``python -m <module> --worker <method> --data ... --config ... [options]`` in a child
-    process; the dictionary of its one result line (:mod:`bench.protocol`).
+    process; the dictionary of its one result line (:mod:`dpcore.runs.workers`).
 
     ``config`` is a dataclass, passed as JSON; the child's progress goes to stderr, shown as it
     runs. ``timeout`` (seconds; None: none) stops a child that runs longer.
@@ -234,7 +234,7 @@ def run_worker(
 
     At a lot of 256 the vanilla optimizer's worker peaks above 22.7 GiB and the vectorized one's
     at about 16.5 GiB (CPU); in one process the second would start on top of the first's heap.
-    The child prints its dictionary as the one result line of :mod:`bench.protocol` (its
+    The child prints its dictionary as the one result line of :mod:`dpcore.runs.workers` (its
     progress goes to stderr, shown as it runs).
 
     Raises:

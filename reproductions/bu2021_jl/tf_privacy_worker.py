@@ -6,7 +6,7 @@ reproductions.bu2021_jl.tf_privacy_baseline --worker ...`` (started by
 configure TensorFlow's threads, build the tutorial's bidirectional LSTM and the optimizer (Keras
 Adam or TF Privacy's DP-Adam, see the driver's docstring), and time warm-up and timed lots
 (:func:`time_method`), resuming from a checkpoint of the lots timed so far (:func:`measure`).
-The child prints what :func:`worker` returns as the one result line of :mod:`bench.protocol`
+The child prints what :func:`worker` returns as the one result line of :mod:`dpcore.runs.workers`
 (torch-free, like this module); its progress goes to stderr.
 Also the configuration both sides share (:class:`TfPrivacyConfig`, :data:`METHODS`).
 
@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.cache import atomic_write_text
+from dpcore.atomic import atomic_write_text
 from reproductions.bu2021_jl import config as paper
 
 #: Row names, in the order they are timed.

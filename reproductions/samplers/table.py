@@ -22,7 +22,8 @@ from typing import Any
 from dpcore.accountants import PldAccountant, RdpAccountant
 from dpcore.accountants.shuffled import shuffled_lower_bound
 from dpcore.events import GaussianEvent, RandomAllocationEvent, SelfComposedEvent, dpsgd_event
-from reproductions.common import finite_or_none, write_between_markers
+from dpcore.runs.markers import write_between_markers
+from reproductions.common import finite_or_none
 from reproductions.harness import Output
 from reproductions.samplers.settings import DELTA, SETTINGS, Setting
 

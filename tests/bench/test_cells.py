@@ -13,7 +13,7 @@ import torch
 
 from bench import cells
 from bench.cells import Cell
-from bench.protocol import WorkerResult, find_result
+from dpcore.runs.workers import WorkerResult, find_result
 
 
 def test_cell_json_and_worker_command() -> None:

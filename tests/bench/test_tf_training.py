@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from bench import __main__ as bench_main
-from bench import protocol, tf_training
+from bench import tf_training
 from bench.cells import Cell
 from dpcore import provenance
+from dpcore.runs import workers as protocol
 
 #: Seconds per step the fake workers report, by (model, method).
 FAKE = {

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-import reproductions.common as common
 from dpcore.errors import InvalidParameterError
+from dpcore.runs.markers import write_between_markers
 from dpcore.torch.per_example.fast import fast_path_supports
 from reproductions.bu2019_gdp import data, models, training, training_report, training_runs
 from reproductions.bu2019_gdp.data import TaskData
@@ -288,9 +288,9 @@ def test_quick_figure_draws_the_saved_full_curves_beside_its_own(
 def test_readme_left_alone_without_markers(tmp_path: Path) -> None:
     readme = tmp_path / "README.md"
     readme.write_text("no markers\n")
-    assert not common.write_between_markers(readme, "<!-- a -->", "<!-- b -->", "t")
+    assert not write_between_markers(readme, "<!-- a -->", "<!-- b -->", "t")
     assert readme.read_text() == "no markers\n"
-    assert not common.write_between_markers(tmp_path / "absent.md", "a", "b", "t")
+    assert not write_between_markers(tmp_path / "absent.md", "a", "b", "t")
 
 
 class _KilledError(Exception):

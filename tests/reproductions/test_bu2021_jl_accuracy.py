@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import reproductions.common as common
 from dpcore.errors import InvalidParameterError
+from dpcore.runs.markers import write_between_markers
 from reproductions.bu2021_jl import accuracy
 from reproductions.bu2021_jl.accuracy import AccuracyConfig
 from reproductions.harness import Output, cpu_settings
@@ -102,9 +102,9 @@ def test_compute_and_plot_end_to_end(sandbox: Path) -> None:
 def test_readme_left_alone_without_markers(tmp_path: Path) -> None:
     readme = tmp_path / "README.md"
     readme.write_text("no markers here\n")
-    assert not common.write_between_markers(readme, "<!-- a -->", "<!-- b -->", "table")
+    assert not write_between_markers(readme, "<!-- a -->", "<!-- b -->", "table")
     assert readme.read_text() == "no markers here\n"
-    assert not common.write_between_markers(tmp_path / "absent.md", "a", "b", "table")
+    assert not write_between_markers(tmp_path / "absent.md", "a", "b", "table")
 
 
 def test_full_profile_stopped_by_a_deadline_says_so_and_resumes(tmp_path: Path) -> None:

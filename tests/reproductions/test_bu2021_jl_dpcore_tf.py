@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bench import protocol
 from dpcore.errors import InvalidParameterError
+from dpcore.runs import workers as protocol
 from reproductions.bu2021_jl import config as paper
 from reproductions.bu2021_jl import dpcore_tf_timing as timing
 from reproductions.bu2021_jl import dpcore_tf_worker as dtw

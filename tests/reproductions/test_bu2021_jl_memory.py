@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from bench import cache, cells
+from bench import cells
 from bench.cells import Cell
 from dpcore.errors import InvalidParameterError
+from dpcore.runs import measurements as cache
 from dpcore.torch.models import tf_privacy_mnist_cnn
 from reproductions.bu2021_jl import memory, memory_report, memory_worker
 from reproductions.harness import Output

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from bench import cache
 from bench.cells import Cell
+from dpcore.runs import measurements as cache
 from reproductions.bu2021_jl import speed, speed_report
 from reproductions.harness import Output
 

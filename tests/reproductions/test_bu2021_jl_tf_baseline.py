@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bench import protocol
 from dpcore.errors import InvalidParameterError
+from dpcore.runs import workers as protocol
 from reproductions.bu2021_jl import tf_privacy_baseline as tfp
 from reproductions.bu2021_jl import tf_privacy_worker as tfw
 from reproductions.harness import Output
@@ -251,7 +251,7 @@ def test_worker_command_line_round_trip(
     config = dataclasses.replace(tfp.PROFILES["quick"], dp_lots=3, threads=2)
     arguments = ["--worker", "tf_privacy_vanilla", "--data", str(data)]
     assert tfp.main([*arguments, "--config", json.dumps(dataclasses.asdict(config))]) == 0
-    # the worker's stdout is its one result line (bench.protocol); progress is on stderr
+    # the worker's stdout is its one result line (dpcore.runs.workers); progress is on stderr
     out = capsys.readouterr().out
     assert out.startswith(protocol.RESULT_PREFIX) and out.count("\n") == 1
     result = protocol.find_result(out)

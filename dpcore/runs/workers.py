@@ -1,4 +1,4 @@
-"""The worker protocol of the benchmarks and reproductions: one result line, read by the parent.
+"""The worker protocol: a run in a child process prints one result line, read by the parent.
 
 A measurement runs in a fresh child process (a *worker*) so that its memory and timing start from
 an empty heap. The worker prints exactly one line to stdout, :data:`RESULT_PREFIX` followed by a
@@ -7,8 +7,8 @@ is ignored. The parent runs it with :func:`run_worker`, which never raises for w
 child: a crash, a kill by the kernel's OOM killer, a timeout, a kill above a memory cap or a
 line that is not a JSON object each come back as a :class:`WorkerResult` with its ``status``.
 
-This module imports neither torch nor TensorFlow: the TF Privacy baseline's worker (a separate
-environment without torch) speaks the same protocol.
+Only the standard library is imported: a worker in an environment without torch (TF Privacy's)
+speaks the same protocol. Benchmarks, reproductions and audits all use it.
 
 Example:
     >>> line = format_result({"step_seconds": 0.5, "error": None})
@@ -30,6 +30,8 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TextIO
+
+from dpcore.errors import DPCoreError
 
 __all__ = [
     "OOM_MARKERS",
@@ -63,7 +65,7 @@ one: an exception, a signal, the kernel's OOM killer), ``unreadable`` (its resul
 one JSON object), ``timeout`` or ``over_cap`` (the parent killed it)."""
 
 
-class ResultLineError(ValueError):
+class ResultLineError(DPCoreError, ValueError):
     """A worker's output whose result line is not exactly one line holding a JSON object."""
 
 
@@ -90,7 +92,7 @@ def parse_result_line(line: str) -> dict[str, Any]:
         >>> parse_result_line("BENCH-RESULT [1, 2]")
         Traceback (most recent call last):
         ...
-        bench.protocol.ResultLineError: the result line holds a list, not a JSON object
+        dpcore.runs.workers.ResultLineError: the result line holds a list, not a JSON object
     """
     if not line.startswith(RESULT_PREFIX):
         raise ResultLineError(f"not a result line (no {RESULT_PREFIX.strip()!r} prefix)")

@@ -1,4 +1,4 @@
-"""The worker protocol (bench.protocol): one result line per worker, and every way a worker can
+"""The worker protocol (dpcore.runs.workers): one result line per worker, and every way a worker can
 end (a row, a crash, a kill for memory or time, an unreadable line) as a typed result."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from bench import protocol
-from bench.protocol import ResultLineError, WorkerResult
+from dpcore.runs import workers as protocol
+from dpcore.runs.workers import ResultLineError, WorkerResult
 
-#: The repository root, where a child process can import ``bench``.
-ROOT = Path(protocol.__file__).resolve().parents[1]
+#: The repository root, where a child process can import ``dpcore``.
+ROOT = Path(protocol.__file__).resolve().parents[2]
 
 
 def test_a_row_round_trips_through_its_result_line() -> None:
@@ -56,7 +56,7 @@ def _python(code: str) -> list[str]:
 
 def test_a_worker_that_prints_its_row_is_ok() -> None:
     code = (
-        "import sys; from bench.protocol import emit_result\n"
+        "import sys; from dpcore.runs.workers import emit_result\n"
         "print('progress'); print('a warning', file=sys.stderr)\n"
         "emit_result({'step_seconds': 0.5, 'error': None})\n"
     )
@@ -68,7 +68,7 @@ def test_a_worker_that_prints_its_row_is_ok() -> None:
 
 
 def test_a_row_with_an_error_is_still_ok_and_says_so() -> None:
-    code = "from bench.protocol import emit_result; emit_result({'error': 'MemoryError: '})"
+    code = "from dpcore.runs.workers import emit_result; emit_result({'error': 'MemoryError: '})"
     result = protocol.run_worker(_python(code), cwd=ROOT)
     assert result.ok and result.error == "MemoryError: " and result.oom
 
@@ -111,11 +111,11 @@ def test_the_protocol_needs_no_torch() -> None:
         "import sys\n"
         "class Block:\n"
         "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name.split('.')[0] in ('torch', 'tensorflow'):\n"
+        "        if name.split('.')[0] in ('torch', 'tensorflow', 'numpy'):\n"
         "            raise ImportError('imported ' + name)\n"
         "sys.meta_path.insert(0, Block())\n"
-        "import bench.protocol, bench.cache\n"
-        "bench.protocol.emit_result({'torch': 'torch' in sys.modules})\n"
+        "import dpcore.runs.workers, dpcore.runs.measurements, dpcore.runs.markers\n"
+        "dpcore.runs.workers.emit_result({'torch': 'torch' in sys.modules})\n"
     )
     result = protocol.run_worker(_python(code), cwd=ROOT)
     assert result.ok, result.error

@@ -1,4 +1,4 @@
-"""bench.cache: a cached value is reused only under exactly its key; writes are atomic."""
+"""dpcore.runs.measurements: a value is reused only under exactly its key; writes are atomic."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import cache
+from dpcore.runs import measurements as cache
 
 KEY = {"cell": {"method": "dpsgd_jl", "r": 5}, "lot_size": 256, "dims": (1, 5), "code": "abc"}
 

@@ -31,9 +31,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dpcore.atomic import atomic_write_bytes, atomic_write_text
+from dpcore.atomic import atomic_write_text
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "cached_path", "digest", "load", "store"]
+__all__ = ["cached_path", "digest", "load", "store"]
 
 
 def _canonical(key: Mapping[str, Any]) -> Any:
