@@ -118,8 +118,8 @@ class PrivateOptimizer:
         called (or a loaded checkpoint's), each lot's micro-batches in order (``micro.index``
         0, 1, ...), each once; an empty lot (``micro.data is None``) too. A lot's first
         micro-batch arriving again restarts that lot (its partial sum is discarded: nothing of
-        it was released), which is how a lot redrawn after a :class:`LotLoadError` is counted
-        once.
+        it was released), which is how a lot redrawn after a
+        :class:`~dpcore.torch.loaders.LotLoadError` is counted once.
 
         Returns:
             ``None`` for a micro-batch that does not end its lot, else the step's
