@@ -1,4 +1,5 @@
-"""``python -m reproductions [--profile quick|full] [--only NAME ...]``: regenerate figures/.
+"""``python -m reproductions [--profile quick|full] [--only NAME ...] [--executor E]``: regenerate
+figures/.
 
 Each reproduction first computes and saves its results (JSON + CSV with config and commit),
 then draws its figure from the saved file only.
@@ -12,6 +13,8 @@ import sys
 import time
 from collections.abc import Callable
 
+from dpcore.errors import InvalidParameterError
+from dpcore.runs import EXECUTOR_FORMS, parse_executor
 from reproductions import scoreboard
 from reproductions.abadi2016 import cifar10 as abadi2016_cifar10
 from reproductions.abadi2016 import fig2
@@ -80,12 +83,19 @@ def main(argv: list[str] | None = None) -> int:
         "with the epochs reached)",
     )
     parser.add_argument(
+        "--executor",
+        default=None,
+        metavar="E",
+        help=f"where the runs of reproductions that fan out (bu2021_jl_accuracy) train: "
+        f"{EXECUTOR_FORMS} (default: local, in this process); e.g. processes:20 for 20 runs "
+        "sharing one GPU. See docs/cluster.md",
+    )
+    parser.add_argument(
         "--workers",
         type=int,
         default=None,
         metavar="N",
-        help="train the runs of reproductions that can fan out (bu2021_jl_accuracy) in N "
-        "processes at once, e.g. many runs sharing one GPU",
+        help="the same as --executor processes:N",
     )
     parser.add_argument(
         "--runs-code",
@@ -97,8 +107,17 @@ def main(argv: list[str] | None = None) -> int:
         "fingerprints",
     )
     args = parser.parse_args(argv)
-    if args.workers is not None and args.workers < 1:
-        parser.error(f"--workers must be >= 1, got {args.workers}")
+    if args.workers is not None:
+        if args.executor is not None:
+            parser.error("--workers N is --executor processes:N: give one of them")
+        if args.workers < 1:
+            parser.error(f"--workers must be >= 1, got {args.workers}")
+        args.executor = f"processes:{args.workers}"
+    if args.executor is not None:
+        try:
+            parse_executor(args.executor)
+        except InvalidParameterError as error:
+            parser.error(f"--executor: {error}")
     if args.stop_after_hours is not None and not args.stop_after_hours > 0:
         parser.error(f"--stop-after-hours must be > 0, got {args.stop_after_hours}")
     deadline = None if args.stop_after_hours is None else time.time() + 3600 * args.stop_after_hours
@@ -109,8 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         options: dict[str, object] = {}
         if deadline is not None and "deadline" in accepted:
             options["deadline"] = deadline
-        if args.workers is not None and "workers" in accepted:
-            options["workers"] = args.workers
+        if args.executor is not None and "executor" in accepted:
+            options["executor"] = args.executor
         if args.runs_code is not None:
             if "output" not in accepted:
                 parser.error(f"--runs-code: {name} keeps no run store")

@@ -28,10 +28,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import multiprocessing
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +37,7 @@ import torch
 
 from dpcore.atomic import atomic_write_text
 from dpcore.errors import InvalidParameterError
+from dpcore.runs import ExecutorChoice, SupportsSubmit, parse_executor, run_many
 from dpcore.torch.training import DPTrainer
 from reproductions.bu2021_jl import config as paper
 from reproductions.bu2021_jl.accuracy_report import (
@@ -67,13 +66,11 @@ from reproductions.bu2021_jl.privacy_intervals import (
 )
 from reproductions.common import profile_config
 from reproductions.harness import (
-    Executor,
     Output,
     RunState,
     cpu_settings,
     evaluate,
     hardware_label,
-    run_many,
     run_training,
 )
 
@@ -251,7 +248,7 @@ def _run_all(
 
 @dataclasses.dataclass(frozen=True)
 class RunJob:
-    """One run of the figure as a picklable job for a worker process (see :func:`fan_out`)."""
+    """One run of the figure as a picklable job for a worker (see :func:`fan_out`)."""
 
     config: AccuracyConfig
     label: str
@@ -260,7 +257,8 @@ class RunJob:
     store: str
     fingerprint: str
     deadline: float | None
-    workers: int
+    #: How the runs are spread (``"2 runs at once"``, ``"fanned out on dask"``): in the hardware.
+    spread: str
     #: Module-level (picklable) replacement of :func:`load_data`, e.g. small data in tests.
     data_loader: Callable[[AccuracyConfig], Data] | None = None
 
@@ -279,8 +277,7 @@ def execute_job(job: RunJob) -> dict[str, Any]:
         torch.backends.cuda.matmul.allow_tf32 = False
     data = tuple(part.to(device) for part in (job.data_loader or load_data)(job.config))
     with cpu_settings(1):
-        at_once = f"{job.workers} run{'s' if job.workers > 1 else ''} at once"
-        hardware = f"{hardware_label(device)}, torch {torch.__version__}, {at_once}"
+        hardware = f"{hardware_label(device)}, torch {torch.__version__}, {job.spread}"
         state, _ = execute(
             job.config, job.label, job.r, job.seed, data, Path(job.store),  # type: ignore[arg-type]
             fingerprint=job.fingerprint, deadline=job.deadline, hardware=hardware,
@@ -289,43 +286,62 @@ def execute_job(job: RunJob) -> dict[str, Any]:
     return {"label": job.label, "seed": job.seed, "step": last["step"], "done": state.done}
 
 
+def _spread(executor: str | ExecutorChoice | SupportsSubmit) -> str:
+    """How ``executor`` spreads the runs, for the hardware label; refuses ``local``.
+
+    Raises:
+        InvalidParameterError: ``executor`` is not a valid choice, or is ``local``.
+    """
+    if not isinstance(executor, str | ExecutorChoice):
+        return "fanned out"
+    choice = executor if isinstance(executor, ExecutorChoice) else parse_executor(executor)
+    if choice.kind == "local":
+        raise InvalidParameterError(
+            "executor", "one that fans out (processes:N, dask, ray, slurm, or submit())", executor
+        )
+    if choice.kind == "processes":
+        workers = choice.workers or 1
+        return f"{workers} run{'s' if workers > 1 else ''} at once"
+    return f"fanned out on {choice.kind}"
+
+
 def fan_out(
     profile: str = "full",
     *,
-    workers: int,
-    executor: Executor | None = None,
+    executor: str | ExecutorChoice | SupportsSubmit = "processes",
     data_loader: Callable[[AccuracyConfig], Data] | None = None,
     config: AccuracyConfig | None = None,
     output: Output | None = None,
     deadline: float | None = None,
 ) -> list[dict[str, Any]]:
-    """Train every run of the profile in ``workers`` spawned processes, into the run store.
+    """Train every run of the profile through ``executor``, into the run store.
 
     Each run goes to its end or ``deadline``, in :func:`run_order`; what each reached is
     returned (and is in the store: :func:`compute` afterwards reads it back and saves the
-    results). ``executor`` (anything with ``submit``: a cluster's executor, say) replaces the
-    pool of ``workers`` spawned processes; ``data_loader`` must then be picklable. On one GPU,
-    a small CNN's steps leave it idle between kernels: several runs at once use it far better
-    than one after another.
+    results). ``executor`` is a :func:`dpcore.runs.run_many` executor other than ``local``:
+    ``"processes:N"`` (N spawned processes), ``"dask[:ADDRESS]"``, ``"ray[:ADDRESS]"``,
+    ``"slurm"``, or any object with ``submit()`` (``data_loader`` must then be picklable). On
+    one GPU, a small CNN's steps leave it idle between kernels: several runs at once use it far
+    better than one after another.
+
+    The runs go to the run store even for a profile that does not checkpoint: the store is
+    how their results come back.
+
+    Raises:
+        InvalidParameterError: ``executor`` is invalid or ``local`` (before anything runs).
+        RunsFailedError: runs still failed after one retry (each resumes from the store).
     """
     config = profile_config(PROFILES, profile, config)
-    if workers < 1:
-        raise InvalidParameterError("workers", ">= 1", workers)
-    if not config.checkpoint:
-        raise InvalidParameterError("config.checkpoint", "True (runs resume from the store)", False)
+    spread = _spread(executor)
     (data_loader or load_data)(config)  # fetch once here, not in every worker at one moment
     output = output or Output()
     store = output.store(results_stem(config.profile))
     fingerprint = output.code(*CODE_MODULES)
     jobs = [
-        RunJob(config, label, r, seed, str(store), fingerprint, deadline, workers, data_loader)
+        RunJob(config, label, r, seed, str(store), fingerprint, deadline, spread, data_loader)
         for label, r, seed in run_order(config)
     ]
-    if executor is not None:
-        return run_many(execute_job, jobs, executor)
-    context = multiprocessing.get_context("spawn")  # CUDA cannot be used in a forked child
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        return run_many(execute_job, jobs, pool)
+    return run_many(execute_job, jobs, executor=executor, progress=False)
 
 
 def _hardware(runs: dict[str, list[tuple[int, RunState, DPTrainer]]], device: torch.device) -> str:
@@ -349,33 +365,46 @@ def compute(
     config: AccuracyConfig | None = None,
     output: Output | None = None,
     deadline: float | None = None,
-    workers: int | None = None,
+    executor: str | ExecutorChoice | SupportsSubmit | None = None,
 ) -> None:
     """Train every method for every seed; save rows, per-method summary and privacy statements.
 
     ``deadline`` (a ``time.time()`` value) stops the runs early; the results then say how far
-    each got (``status``), and a later call resumes them. ``workers`` trains the runs in that
-    many processes at once first (:func:`fan_out`; profiles with a run store only), then
-    reads them back here.
+    each got (``status``), and a later call resumes them. ``executor`` (None or ``"local"``:
+    here, one after another, interleaved) trains the runs through it first (:func:`fan_out`,
+    into the run store), then reads them back here.
     """
     config = profile_config(PROFILES, profile, config)
-    if workers is not None:
+    fanned = executor is not None and not (
+        executor == "local" or (isinstance(executor, ExecutorChoice) and executor.kind == "local")
+    )
+    if fanned and executor is not None:
         fan_out(
-            config.profile, workers=workers, data_loader=data_loader, config=config,
+            config.profile, executor=executor, data_loader=data_loader, config=config,
             output=output, deadline=deadline,
         )  # fmt: skip
     device = torch.device(paper.default_device())  # CUDA when present (or $DPCORE_DEVICE)
     data = tuple(part.to(device) for part in (data_loader or load_data)(config))
     with cpu_settings(config.threads):
-        _compute(config, data, output or Output(), deadline)  # type: ignore[arg-type]
+        _compute(
+            config, data, output or Output(), deadline,  # type: ignore[arg-type]
+            use_store=config.checkpoint or fanned,
+        )  # fmt: skip
 
 
-def _compute(config: AccuracyConfig, data: Data, output: Output, deadline: float | None) -> None:
+def _compute(
+    config: AccuracyConfig,
+    data: Data,
+    output: Output,
+    deadline: float | None,
+    *,
+    use_store: bool,
+) -> None:
     x_train = data[0]
     if len(x_train) != config.dataset_size:
         raise InvalidParameterError("dataset_size", f"to equal {len(x_train)}", config.dataset_size)
     stem = results_stem(config.profile)
-    store = output.store(stem) if config.checkpoint else None
+    store = output.store(stem) if use_store else None
     fingerprint = output.code(*CODE_MODULES)
     wall = time.perf_counter()
     runs: dict[str, list[tuple[int, RunState, DPTrainer]]] = {

@@ -6,7 +6,8 @@ its :class:`Output`, and saves results with :meth:`Output.save_results`. Privacy
 from :func:`dpcore.accountants.report.epsilon_report`.
 
 The training names (which need torch) load on first use, so :class:`Output`, :class:`RunState`
-and :func:`run_many` also work where torch is not installed (the TF Privacy environment).
+also work where torch is not installed (the TF Privacy environment). Runs fan out through
+:func:`dpcore.runs.run_many`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from reproductions.harness.fanout import Executor, run_many
 from reproductions.harness.output import ROOT, Output
 from reproductions.harness.store import RunState, spec_json, spec_key
 
@@ -41,7 +41,6 @@ _TRAINING = (
 
 __all__ = [
     "ROOT",
-    "Executor",
     "NonPrivateTrainer",
     "Output",
     "RunState",
@@ -50,7 +49,6 @@ __all__ = [
     "evaluate",
     "expected_rating",
     "hardware_label",
-    "run_many",
     "run_training",
     "spec_json",
     "spec_key",

@@ -236,7 +236,7 @@ def test_fanned_out_runs_give_the_in_process_results(tmp_path: Path) -> None:
     here, spread_out = Output.under(tmp_path / "here"), Output.under(tmp_path / "workers")
     accuracy.compute("full", data_loader=_tiny_data, config=full, output=here)
     reached = accuracy.fan_out(
-        "full", workers=2, data_loader=_tiny_data, config=full, output=spread_out
+        "full", executor="processes:2", data_loader=_tiny_data, config=full, output=spread_out
     )
     assert [(item["label"], item["done"]) for item in reached] == [
         (label, True) for label, _, _ in accuracy.run_order(full)
@@ -253,12 +253,38 @@ def test_fanned_out_runs_give_the_in_process_results(tmp_path: Path) -> None:
     assert ours["hardware"].endswith("CPU") and "runs at once" not in ours["hardware"]
 
 
-def test_fan_out_refuses_a_profile_without_a_run_store(tmp_path: Path) -> None:
-    with pytest.raises(InvalidParameterError, match="checkpoint"):
-        accuracy.fan_out("quick", workers=2, data_loader=_tiny_data, config=TINY)
+def test_the_quick_profile_fans_out_through_the_executor_option(tmp_path: Path) -> None:
+    """``compute(executor="processes:2")`` (``--executor processes:2``) on a profile that keeps
+    no checkpoints trains through the run store and saves the in-process rows."""
+    quick = dataclasses.replace(TINY, seeds=(0,))
+    here, spread_out = Output.under(tmp_path / "here"), Output.under(tmp_path / "workers")
+    accuracy.compute("quick", data_loader=_tiny_data, config=quick, output=here, executor="local")
+    assert not here.runs.exists()  # in process, the quick profile keeps no run store
+    accuracy.compute(
+        "quick", data_loader=_tiny_data, config=quick, output=spread_out, executor="processes:2"
+    )
+    stem = accuracy.results_stem("quick")
+    ours, theirs = here.load_results(stem), spread_out.load_results(stem)
+
+    def untimed(rows: list[dict]) -> list[dict]:
+        return [{k: v for k, v in row.items() if k != "wall_s"} for row in rows]
+
+    assert untimed(ours["rows"]) == untimed(theirs["rows"]) and len(ours["rows"]) == 4
+    assert {k: v["final_accuracy"] for k, v in ours["summary"].items()} == {
+        k: v["final_accuracy"] for k, v in theirs["summary"].items()
+    }
+    assert "2 runs at once" in theirs["hardware"] and any(spread_out.store(stem).iterdir())
+
+
+def test_fan_out_refuses_an_executor_that_does_not_fan_out(tmp_path: Path) -> None:
     full = dataclasses.replace(TINY, profile="full", checkpoint=True)
-    with pytest.raises(InvalidParameterError, match="workers"):
-        accuracy.fan_out("full", workers=0, data_loader=_tiny_data, config=full)
+    output = Output.under(tmp_path)
+    for executor in ("processes:0", "local", "threads:2"):
+        with pytest.raises(InvalidParameterError, match="executor"):
+            accuracy.fan_out(
+                "full", executor=executor, data_loader=_tiny_data, config=full, output=output
+            )
+    assert list(tmp_path.iterdir()) == []  # refused before anything ran or was written
 
 
 def test_a_run_moved_between_machines_is_labelled_so(tmp_path: Path) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,6 @@ from reproductions.harness import (
     RunState,
     Trainable,
     evaluate,
-    run_many,
     run_training,
     spec_key,
 )
@@ -179,9 +177,3 @@ def test_every_save_of_a_run_records_the_commit_it_started_from(
         assert output.load_results("c")["commit"] == "old456"
     finally:
         output_module.run_commit.cache_clear()
-
-
-def test_run_many_in_process_and_through_an_executor() -> None:
-    assert run_many(str, [1, 2]) == ["1", "2"]
-    with ThreadPoolExecutor(2) as pool:
-        assert run_many(str, [3, 4, 5], pool) == ["3", "4", "5"]
