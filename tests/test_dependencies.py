@@ -158,7 +158,8 @@ def test_the_import_scan_sees_every_form() -> None:
         "    importlib.import_module('bench.cells')\n"
         "    subprocess.run([sys.executable, '-m', 'audits.implementations.tf_privacy_worker'])\n"
         "    os.system('python -m reproductions --only erm')\n"
-        "    '''A docstring naming reproductions.common is no import.'''\n"
+        "def documented():\n"
+        "    '''Run python -m bench first; see reproductions.common.'''\n"
         "text = 'benchmarks of reproductions'\n"
     )
     assert modules_named(source) == {
