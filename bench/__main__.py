@@ -1,4 +1,4 @@
-"""``python -m bench [NAME ...] [--quick] [--device cpu|cuda]``: run the named benchmarks.
+"""``python -m bench [NAME ...] [--quick] [--device cpu|cuda] [--executor E]``: run benchmarks.
 
 Default: all of them whose framework is installed (``tf_training`` needs the ``tf`` extra; it
 is skipped, with a note, where TensorFlow is absent). ``--quick`` asks each benchmark for its
@@ -6,17 +6,24 @@ short profile (``training`` and ``tf_training``: fewer timed steps, see :mod:`be
 and :mod:`bench.tf_training`; ``accounting``: one repeat instead of three; ``training_memory``:
 lots up to 2**12 only, a smoke test); ``--device`` applies to ``training`` only (``accounting``
 has no GPU part; ``training_memory`` measures host RSS on CPU; ``tf_training`` runs on CPU).
+``--executor`` (:func:`dpcore.runs.run_many`: ``local``, ``processes:N``, ``dask[:ADDRESS]``,
+``ray[:ADDRESS]``, ``slurm``) spreads the cells of the benchmarks that take it (``training``);
+the others measure one cell at a time here, as by default.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import inspect
 import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from dpcore.errors import InvalidParameterError
+from dpcore.runs import EXECUTOR_FORMS, parse_executor
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -27,14 +34,16 @@ def _accounting(results_dir: Path, *, quick: bool, device: str) -> list[dict[str
     return accounting.run(results_dir, repeats=1 if quick else accounting.REPEATS)
 
 
-def _training(results_dir: Path, *, quick: bool, device: str) -> list[dict[str, Any]]:
+def _training(
+    results_dir: Path, *, quick: bool, device: str, executor: str | None = None
+) -> list[dict[str, Any]]:
     from bench import training  # imports torch: only when asked for
 
     try:
         training.check_device(device)
     except RuntimeError as error:
         raise SystemExit(f"python -m bench training: {error}") from None
-    return training.run(results_dir, quick=quick, device=device)
+    return training.run(results_dir, quick=quick, device=device, executor=executor)
 
 
 def _training_memory(results_dir: Path, *, quick: bool, device: str) -> list[dict[str, Any]]:
@@ -92,7 +101,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--device", choices=("cpu", "cuda"), default="cpu", help="training: where to run"
     )
+    parser.add_argument(
+        "--executor",
+        default=None,
+        metavar="E",
+        help=f"where the cells of the benchmarks that fan out (training) run: {EXECUTOR_FORMS} "
+        "(default: local, one after another); see docs/cluster.md",
+    )
     args = parser.parse_args(argv)
+    if args.executor is not None:
+        try:
+            parse_executor(args.executor)
+        except InvalidParameterError as error:
+            parser.error(f"--executor: {error}")
     unknown = sorted(set(args.names) - set(BENCHMARKS))
     if unknown:
         parser.error(f"unknown benchmark(s) {unknown}; expected names in {sorted(BENCHMARKS)}")
@@ -100,7 +121,14 @@ def main(argv: list[str] | None = None) -> int:
     for name in [] if args.names else sorted(set(BENCHMARKS) - set(names)):
         print(f"skipped {name}: {OPTIONAL[name]} is not installed (the tf extra)")
     for name in names:
-        rows = BENCHMARKS[name](RESULTS, quick=args.quick, device=args.device)
+        run = BENCHMARKS[name]
+        options: dict[str, Any] = {}
+        if args.executor is not None:
+            if "executor" in inspect.signature(run).parameters:
+                options["executor"] = args.executor
+            else:
+                print(f"{name}: --executor not used (it measures one cell at a time here)")
+        rows = run(RESULTS, quick=args.quick, device=args.device, **options)
         print(json.dumps(rows, indent=1))
         print(f"wrote {RESULTS / (name + '.json')}")
     return 0

@@ -63,6 +63,7 @@ from bench.cells import (
     run_timing,
     timing_worker,
 )
+from dpcore.runs import ExecutorChoice, SupportsSubmit, parse_executor, run_many
 
 __all__ = [
     "FULL",
@@ -156,6 +157,41 @@ def check_device(device: str) -> None:
         )
 
 
+@dataclasses.dataclass(frozen=True)
+class TimingRun:
+    """One cell's timing, as a picklable spec for :func:`dpcore.runs.run_many` (:func:`measure`)."""
+
+    cell: Cell
+    device: str
+    threads: int
+    warmup: int
+    steps: int
+    budget: float | None
+    timeout: float
+
+
+def measure(run: TimingRun) -> dict[str, Any]:
+    """Time ``run.cell`` in a fresh worker process (:func:`bench.cells.run_timing`): its row."""
+    measured = run_timing(
+        run.cell,
+        device=run.device,
+        threads=run.threads,
+        warmup=run.warmup,
+        steps=run.steps,
+        budget=run.budget,
+        timeout=run.timeout,
+    )
+    return {
+        **dataclasses.asdict(run.cell),
+        "batch_size": BATCH_SIZE,
+        "step_seconds": None,
+        "peak_rss_mb": None,
+        "threads": run.threads,
+        "device": run.device,
+        **measured,
+    }
+
+
 def run(
     results_dir: Path,
     *,
@@ -163,6 +199,7 @@ def run(
     device: str = "cpu",
     threads: int = 1,
     models: tuple[str, ...] = MODELS,
+    executor: str | ExecutorChoice | SupportsSubmit | None = None,
 ) -> list[dict[str, Any]]:
     """Measure every cell, write ``training.json`` (+ ``training.meta.json``), return the rows.
 
@@ -172,10 +209,17 @@ def run(
         device: ``"cpu"`` or ``"cuda"`` (the GPU profile).
         threads: torch intra-op threads in every worker.
         models: a subset of :data:`MODELS`.
+        executor: None or ``"local"``: one cell after another from here, the results saved
+            after every cell. Else a :func:`dpcore.runs.run_many` executor (``processes:N``,
+            ``dask[:ADDRESS]``, ``ray[:ADDRESS]``, ``slurm``, or an object with ``submit()``)
+            that measures the cells at once, saved when all are done; cells sharing a machine
+            share its cores, so give each its own (Dask, Ray or Slurm workers) for times that
+            compare.
 
     Raises:
         RuntimeError: ``device="cuda"`` on a machine where torch sees no CUDA device.
         ValueError: an unknown device or model.
+        InvalidParameterError: ``executor`` is not a valid choice.
     """
     from tqdm import tqdm
 
@@ -183,50 +227,43 @@ def run(
     unknown = sorted(set(models) - set(MODELS))
     if unknown:
         raise ValueError(f"unknown model(s) {unknown}; expected names in {MODELS}")
+    if isinstance(executor, str):
+        executor = parse_executor(executor)
+    if isinstance(executor, ExecutorChoice) and executor.kind == "local":
+        executor = None
     from dpcore.provenance import git_commit
 
     config = QUICK if quick else FULL
     commit = git_commit(ROOT)  # before the first save changes the tracked results
     started = time.perf_counter()
-    rows: list[dict[str, Any]] = []
     todo = cells(quick=quick, models=models)
-    progress = tqdm(todo, desc="training benchmark", unit="cell")
-    for cell in progress:
-        progress.set_postfix_str(cell.label)
-        measured = run_timing(
-            cell,
-            device=device,
-            threads=threads,
-            warmup=config["warmup"],
-            steps=config["steps"],
-            budget=config["budget"],
-            timeout=config["timeout"],
-        )
-        row = {
-            **dataclasses.asdict(cell),
-            "batch_size": BATCH_SIZE,
-            "step_seconds": None,
-            "peak_rss_mb": None,
-            "threads": threads,
-            "device": device,
-            **measured,
-        }
+    runs = [
+        TimingRun(cell, device, threads, config["warmup"], config["steps"], config["budget"],
+                  config["timeout"])
+        for cell in todo
+    ]  # fmt: skip
+
+    def save(rows: list[dict[str, Any]]) -> None:
+        _save(
+            results_dir, rows, commit=commit, quick=quick, device=device, threads=threads,
+            models=models, wall_seconds=time.perf_counter() - started, cells_total=len(todo),
+        )  # fmt: skip
+
+    if executor is not None:
+        rows = run_many(measure, runs, executor=executor)
+        save(rows)
+        return rows
+    rows = []
+    progress = tqdm(runs, desc="training benchmark", unit="cell")
+    for timing in progress:
+        progress.set_postfix_str(timing.cell.label)
+        row = measure(timing)
         rows.append(row)
         seconds = row["step_seconds"]
         outcome = f"{seconds:.3f} s/step" if seconds is not None else f"error: {row['error']}"
-        progress.write(f"{cell.label}: {outcome}"[:300])
+        progress.write(f"{timing.cell.label}: {outcome}"[:300])
         # saved after every cell: a run stopped early (a time limit) keeps what it measured
-        _save(
-            results_dir,
-            rows,
-            quick=quick,
-            device=device,
-            threads=threads,
-            models=models,
-            wall_seconds=time.perf_counter() - started,
-            cells_total=len(todo),
-            commit=commit,
-        )
+        save(rows)
     return rows
 
 

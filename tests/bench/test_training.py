@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 
 from bench import training
 from bench.cells import Cell
+from dpcore.errors import InvalidParameterError
 
 
 def test_results_are_saved_after_every_cell(
@@ -34,3 +36,32 @@ def test_results_are_saved_after_every_cell(
     assert rows[2]["ratio_to_nonprivate"] == pytest.approx(3.0)
     expected_total = len(training.cells(quick=True, models=("mnist_cnn",)))
     assert (meta["cells_measured"], meta["cells_total"]) == (3, expected_total)
+
+
+def test_cells_fanned_out_through_an_executor_give_the_rows_of_the_loop(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``run(executor=...)`` (``python -m bench training --executor ...``) measures every cell
+    once, through :func:`dpcore.runs.run_many`, and saves the rows the loop saves."""
+    calls: list[Cell] = []
+
+    def fake_cell(cell: Cell, **options: Any) -> dict[str, Any]:
+        calls.append(cell)
+        seconds = 0.01 * (1 + len(cell.method) + (cell.jl_dimension or 0))
+        return {"step_seconds": seconds, "peak_rss_mb": 100.0, "error": None}
+
+    monkeypatch.setattr(training, "run_timing", fake_cell)
+    loop = training.run(tmp_path / "loop", quick=True, models=("mnist_cnn",), executor="local")
+    expected = training.cells(quick=True, models=("mnist_cnn",))
+    assert calls == expected
+    calls.clear()
+    with ThreadPoolExecutor(3) as pool:
+        fanned = training.run(tmp_path / "fanned", quick=True, models=("mnist_cnn",), executor=pool)
+    assert sorted(calls, key=expected.index) == expected  # each cell once
+    assert fanned == loop
+    assert json.loads((tmp_path / "fanned" / "training.json").read_text()) == loop
+    meta = json.loads((tmp_path / "fanned" / "training.meta.json").read_text())
+    assert meta["cells_measured"] == meta["cells_total"] == len(expected)
+    with pytest.raises(InvalidParameterError, match="executor"):
+        training.run(tmp_path / "bad", quick=True, models=("mnist_cnn",), executor="threads:2")
+    assert not (tmp_path / "bad").exists()
