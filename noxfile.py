@@ -48,6 +48,8 @@ def tests(session: nox.Session) -> None:
         "pytest",
         "dpcore",
         "tests",
+        "reproductions",
+        "bench",
         "-m",
         "not slow and not cuda and not engines",
         "--durations=30",
