@@ -1,76 +1,48 @@
-"""Benchmark cells: what one measurement is, how it is built, and how it runs in its own process.
+"""The training benchmark's cells: its models, random lots and optimizer steps, run in workers.
 
-The public API that :mod:`bench.training`, :mod:`bench.training_memory`, :mod:`bench.logical_lots`
-and the DP-SGD-JL reproductions (:mod:`reproductions.bu2021_jl.speed`, ``.memory``) share:
+The measuring machinery (a :class:`~dpcore.runs.cells.Cell` run in a fresh ``python -m <module>
+--worker`` process, timed or under a memory cap, its row read back from its one result line) is
+:mod:`dpcore.runs.cells`; this module holds what the benchmarks of :mod:`bench.training`,
+:mod:`bench.training_memory` and :mod:`bench.logical_lots` measure with it:
 
-- :class:`Cell`: one (model, method[, variant, JL dimension]) measurement;
-- worker side: :func:`make_model`, :func:`make_lot` and :func:`step_function` build a cell's
-  model, random lot and full optimizer step; :func:`measure_steps` times steps (the training
-  benchmark), :func:`measure_memory` takes one warm-up and one timed step at a given lot (the
-  memory searches); :func:`timing_worker` and :func:`memory_worker` are the ``--worker`` command
-  lines around them, each taking a ``build`` hook for a study's own model and step;
-- parent side: :func:`run_cell` runs one cell in a fresh ``python -m <module> --worker`` process
-  and returns a typed :class:`~dpcore.runs.workers.WorkerResult`; :func:`run_timing` and
-  :func:`run_capped` turn it into the result rows of the timing and memory benchmarks;
-- the result-line protocol and out-of-memory detection (:mod:`dpcore.runs.workers`, torch-free):
-  :func:`emit_result`, :class:`WorkerResult`, :func:`is_oom`, :func:`peak_rss_mb`.
+- :func:`make_model`, :func:`make_lot` and :func:`step_function` build a cell's model, random lot
+  and full optimizer step; :func:`build_timing` and :func:`build_memory` are the ``build`` hooks
+  made of them;
+- :func:`timing_worker`, :func:`memory_worker`, :func:`run_cell`, :func:`run_timing` and
+  :func:`run_capped` are :mod:`dpcore.runs.cells`' with the benchmark's hooks, worker modules
+  and the repository root (where ``python -m bench...`` imports) filled in.
 
 torch is imported only inside the functions that need it.
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import dataclasses
-import json
-import statistics
-import sys
-import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from dpcore.runs.workers import (
-    POLL_SECONDS,
-    RESULT_PREFIX,
-    WorkerResult,
-    emit_result,
-    is_oom,
-    peak_rss_mb,
-    run_worker,
-)
+from dpcore.runs import cells as runs_cells
+from dpcore.runs.cells import Cell, MemoryBuild, TimingBuild
+from dpcore.runs.workers import POLL_SECONDS, WorkerResult
 
 __all__ = [
     "BATCH_SIZE",
     "LEARNING_RATE",
     "MAX_GRAD_NORM",
-    "MEMORY_WARMUP_LIMIT_SECONDS",
     "NOISE_MULTIPLIER",
     "OPACUS_MODES",
-    "POLL_SECONDS",
-    "RESULT_PREFIX",
     "ROOT",
-    "Cell",
-    "MemoryBuild",
-    "TimingBuild",
-    "WorkerResult",
-    "emit_result",
-    "is_oom",
+    "build_memory",
+    "build_timing",
     "make_lot",
     "make_model",
-    "measure_memory",
-    "measure_steps",
     "memory_worker",
-    "peak_rss_mb",
     "run_capped",
     "run_cell",
     "run_timing",
     "step_function",
-    "timed_count",
     "timing_worker",
-    "worker_command",
 ]
 
 #: The repository root: workers run there (``python -m bench...`` / ``reproductions...``).
@@ -82,57 +54,6 @@ MAX_GRAD_NORM = 1.0
 LEARNING_RATE = 0.05
 #: Opacus' ``grad_sample_mode`` values, each an ``opacus_<mode>`` method.
 OPACUS_MODES = ("hooks", "functorch", "ew", "ghost")
-#: :func:`measure_memory` skips the timed step after a warm-up (first) step longer than this:
-#: an engine's first lot runs one-time checks (dpcore's fast path: a reference backward and an
-#: eval-mode pass comparing three examples' norms), so it may take longer than a step.
-MEMORY_WARMUP_LIMIT_SECONDS = 180.0
-
-
-@dataclasses.dataclass(frozen=True)
-class Cell:
-    """One measurement: a model (``mnist_cnn``, ``imdb_lstm``), a method and its options.
-
-    ``method`` is ``nonprivate``, ``dpsgd_exact``, ``dpsgd_vmap``, ``dpsgd_jl`` or
-    ``opacus_<mode>`` for :func:`step_function` (a study's own ``build`` hook may use others);
-    ``variant`` picks a form of the model (e.g. ``"lstm"`` or ``"dplstm"``); ``jl_dimension`` is
-    the r of DP-SGD-JL.
-
-    Example:
-        >>> cell = Cell("imdb_lstm", "dpsgd_jl", "lstm", 5)
-        >>> cell.label, Cell.from_json(cell.to_json()) == cell
-        ('imdb_lstm dpsgd_jl lstm r=5', True)
-    """
-
-    model: str
-    method: str
-    variant: str | None = None
-    jl_dimension: int | None = None
-
-    @property
-    def label(self) -> str:
-        """``model method [variant] [r=...]``, for progress lines."""
-        parts = [self.model, self.method]
-        if self.variant is not None:
-            parts.append(self.variant)
-        if self.jl_dimension is not None:
-            parts.append(f"r={self.jl_dimension}")
-        return " ".join(parts)
-
-    def to_json(self) -> str:
-        """The cell as a JSON object (how it is passed to a worker)."""
-        return json.dumps(dataclasses.asdict(self))
-
-    @classmethod
-    def from_json(cls, text: str) -> Cell:
-        """The cell of :meth:`to_json`'s text."""
-        return cls(**json.loads(text))
-
-
-#: ``build(cell, device)`` -> ``(model, step)``: a timing study's own model and step.
-TimingBuild = Callable[[Cell, Any], tuple[Any, Callable[[], None]]]
-#: ``build(cell, batch_size, device)`` -> ``(model, step)``: a memory study's own model and step.
-MemoryBuild = Callable[[Cell, int, str], tuple[Any, Callable[[], None]]]
-
 
 # ----------------------------------------------------------------------------- model, lot, step
 
@@ -280,243 +201,28 @@ def _opacus_step(
     return opacus
 
 
-# ----------------------------------------------------------------------------- worker side
+# ----------------------------------------------------------------------------- the hooks
 
 
-@contextlib.contextmanager
-def worker_settings(threads: int) -> Iterator[bool]:
-    """torch threads and flush-to-zero of denormal floats for a measurement, restored after.
-
-    Flush-to-zero is a CPU flag: left on, it would change every later float computation of the
-    process (numpy's included). Yields whether the CPU supports it.
-    """
-    import torch
-
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    flush = bool(torch.set_flush_denormal(True))
-    try:
-        yield flush
-    finally:
-        torch.set_flush_denormal(False)
-        torch.set_num_threads(previous)
+def build_timing(cell: Cell, device: Any) -> tuple[Any, Callable[[], None]]:
+    """``(model, step)`` of ``cell`` on ``device`` at :data:`BATCH_SIZE` (a timing ``build``)."""
+    model = make_model(cell).to(device)
+    inputs, targets = make_lot(cell.model, device)
+    return model, step_function(cell, model, inputs, targets)
 
 
-def _timed(step: Callable[[], object], cuda: bool) -> float:
-    """Seconds one call of ``step`` takes (the GPU synchronised before the clock stops)."""
-    import torch
-
-    start = time.perf_counter()
-    step()
-    if cuda:
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
-
-
-def timed_count(
-    warmup_seconds: Sequence[float],
-    steps: int,
-    budget: float | None,
-    min_seconds: float | None = None,
-    most: int = 2000,
-) -> int:
-    """How many steps to time: ``steps``, or with a ``budget`` (seconds) ``clamp(budget // last
-    warm-up step, 1, steps)`` (so a slow method costs a bounded time; ``steps`` without a
-    warm-up step). With ``min_seconds``, fast steps are timed for about that long instead
-    (``min_seconds // last warm-up step``, at most ``most``), so that a median of
-    millisecond steps rests on enough of them.
-
-    Example:
-        >>> timed_count([9.0, 2.5], 3, 6.0), timed_count([0.1], 3, 6.0), timed_count([], 3, 6.0)
-        (2, 3, 3)
-        >>> timed_count([50.0], 10, 6.0), timed_count([50.0], 10, None)
-        (1, 10)
-        >>> timed_count([0.25], 10, None, min_seconds=5.0), timed_count([6.0], 10, None, 5.0)
-        (20, 10)
-    """
-    if budget is None or not warmup_seconds:
-        count = steps
-    else:
-        count = max(1, min(steps, int(budget // max(warmup_seconds[-1], 1e-9))))
-    if min_seconds is not None and warmup_seconds:
-        count = max(count, min(most, int(min_seconds // max(warmup_seconds[-1], 1e-9))))
-    return count
-
-
-def measure_steps(
-    cell: Cell,
-    *,
-    device: str,
-    threads: int,
-    warmup: int,
-    steps: int,
-    budget: float | None = None,
-    build: TimingBuild | None = None,
-) -> dict[str, Any]:
-    """Time ``cell`` in this process: ``warmup`` untimed steps, then the median of ``steps``.
-
-    With a ``budget`` (seconds), only ``clamp(budget // last warm-up step, 1, steps)`` steps are
-    timed, so a slow method costs a bounded time in the quick profile. ``build(cell, device)``,
-    when given, returns ``(model, step)`` instead of :func:`make_model`, :func:`make_lot` and
-    :func:`step_function` (other timing studies reuse the loop with their own data and
-    optimizer). An exception is recorded in the row's ``error``, not raised.
-    """
-    import torch
-
-    with worker_settings(threads) as flush:
-        return _measure_steps(cell, torch.device(device), flush, warmup, steps, budget, build)
-
-
-def _measure_steps(
-    cell: Cell,
-    where: Any,
-    flush: bool,
-    warmup: int,
-    steps: int,
-    budget: float | None,
-    build: TimingBuild | None,
-) -> dict[str, Any]:
-    import torch
-
-    cuda = where.type == "cuda"
-    row: dict[str, Any] = {
-        "step_seconds": None,
-        "step_seconds_all": None,
-        "baseline_rss_mb": None,
-        "peak_rss_mb": None,
-        "peak_gpu_mb": None,
-        "timed_steps": None,
-        "warmup_seconds": None,
-        "parameters": None,
-        "flush_denormal": bool(flush),
-        "error": None,
-    }
-    try:
-        if build is None:
-            model = make_model(cell).to(where)
-            inputs, targets = make_lot(cell.model, where)
-            step = step_function(cell, model, inputs, targets)
-        else:
-            model, step = build(cell, where)
-        row["parameters"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        row["baseline_rss_mb"] = peak_rss_mb()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            warm = []
-            for _ in range(warmup):
-                warm.append(_timed(step, cuda))
-            if cuda:
-                torch.cuda.reset_peak_memory_stats()
-            count = timed_count(warm, steps, budget)
-            row["warmup_seconds"] = warm
-            row["timed_steps"] = count
-            times = []
-            for _ in range(count):
-                times.append(_timed(step, cuda))
-        row["step_seconds"] = statistics.median(times)
-        row["step_seconds_all"] = times
-        if cuda:
-            row["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
-    except Exception as error:  # recorded, not raised: one failing method must not stop the run
-        row["error"] = f"{type(error).__name__}: {error}"[:2000]
-        row["step_seconds"] = row["step_seconds_all"] = None
-    row["peak_rss_mb"] = peak_rss_mb()
-    return row
-
-
-def measure_memory(
-    cell: Cell,
-    batch_size: int,
-    *,
-    threads: int = 1,
-    build: MemoryBuild | None = None,
-    device: str = "cpu",
-) -> dict[str, Any]:
-    """One warm-up step then one timed step of ``cell`` on a lot of ``batch_size``, here.
-
-    ``build(cell, batch_size, device)``, when given, returns ``(model, step)`` in place of
-    :func:`make_model`, :func:`make_lot` and :func:`step_function` (other studies reuse this
-    measurement with their own models). The timed step is skipped (``skipped: "too slow"``)
-    after a warm-up longer than :data:`MEMORY_WARMUP_LIMIT_SECONDS`. With ``device="cuda"`` the
-    model and lot live on the GPU and ``peak_gpu_mb`` is ``torch.cuda.max_memory_allocated``
-    (None on CPU). An exception (out-of-memory included) is recorded in ``error``, not raised.
-    """
-    with worker_settings(threads):
-        return _measure_memory(cell, batch_size, build, device)
-
-
-def _measure_memory(
-    cell: Cell, batch_size: int, build: MemoryBuild | None, device: str
-) -> dict[str, Any]:
-    import torch
-
-    cuda = device == "cuda"
-    row: dict[str, Any] = {
-        "step_seconds": None,
-        "warmup_seconds": None,
-        "baseline_rss_mb": None,
-        "peak_rss_mb": None,
-        "peak_gpu_mb": None,
-        "skipped": None,
-        "error": None,
-    }
-    try:
-        if build is None:
-            model = make_model(cell).to(device)
-            inputs, targets = make_lot(cell.model, device, batch_size)
-            step = step_function(cell, model, inputs, targets, batch_size)
-        else:
-            model, step = build(cell, batch_size, device)
-        row["baseline_rss_mb"] = peak_rss_mb()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            row["warmup_seconds"] = _timed(step, cuda)
-            if row["warmup_seconds"] > MEMORY_WARMUP_LIMIT_SECONDS:
-                row["skipped"] = "too slow"
-            else:
-                row["step_seconds"] = _timed(step, cuda)
-    except (Exception, MemoryError) as error:  # recorded: the parent decides what it means
-        row["error"] = f"{type(error).__name__}: {error}"[:2000]
-    row["peak_rss_mb"] = peak_rss_mb()
-    if cuda:
-        row["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
-    return row
-
-
-def _worker_parser(module: str) -> argparse.ArgumentParser:
-    """The options every worker takes: the cell (``--worker``), ``--device``, ``--threads``."""
-    parser = argparse.ArgumentParser(prog=f"python -m {module} --worker")
-    parser.add_argument("--worker", required=True, help="the cell, as JSON")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--threads", type=int, default=1)
-    return parser
+def build_memory(cell: Cell, batch_size: int, device: str) -> tuple[Any, Callable[[], None]]:
+    """``(model, step)`` of ``cell`` on ``device`` at ``batch_size`` (a memory ``build``)."""
+    model = make_model(cell).to(device)
+    inputs, targets = make_lot(cell.model, device, batch_size)
+    return model, step_function(cell, model, inputs, targets, batch_size)
 
 
 def timing_worker(
     argv: Sequence[str], *, build: TimingBuild | None = None, module: str = "bench.training"
 ) -> int:
-    """``python -m <module> --worker CELL --warmup N --steps N [--budget S] [--device D]
-    [--threads N]``: :func:`measure_steps` here, then its row as the one result line.
-
-    ``module`` (whose ``__main__`` calls this, with its ``build`` hook) names the program in
-    usage messages. Returns the exit status (0).
-    """
-    parser = _worker_parser(module)
-    parser.add_argument("--warmup", type=int, required=True)
-    parser.add_argument("--steps", type=int, required=True)
-    parser.add_argument("--budget", type=float, default=None)
-    args = parser.parse_args(list(argv))
-    row = measure_steps(
-        Cell.from_json(args.worker),
-        device=args.device,
-        threads=args.threads,
-        warmup=args.warmup,
-        steps=args.steps,
-        budget=args.budget,
-        build=build,
-    )
-    emit_result(row)
-    return 0
+    """:func:`dpcore.runs.cells.timing_worker` with :func:`build_timing` unless ``build``."""
+    return runs_cells.timing_worker(argv, build=build or build_timing, module=module)
 
 
 def memory_worker(
@@ -525,41 +231,8 @@ def memory_worker(
     build: MemoryBuild | None = None,
     module: str = "bench.training_memory",
 ) -> int:
-    """``python -m <module> --worker CELL --batch-size N [--device D] [--threads N]``:
-    :func:`measure_memory` here, then its row as the one result line (exit status 0)."""
-    parser = _worker_parser(module)
-    parser.add_argument("--batch-size", type=int, required=True)
-    args = parser.parse_args(list(argv))
-    row = measure_memory(
-        Cell.from_json(args.worker),
-        args.batch_size,
-        threads=args.threads,
-        build=build,
-        device=args.device,
-    )
-    emit_result(row)
-    return 0
-
-
-# ----------------------------------------------------------------------------- parent side
-
-
-def worker_command(cell: Cell, module: str, **options: Any) -> list[str]:
-    """``python -m <module> --worker <cell JSON> --<option>=<value> ...`` (None: left out).
-
-    Example:
-        >>> worker_command(Cell("mnist_cnn", "nonprivate"), "bench.training", batch_size=8,
-        ...                budget=None)[2:]  # doctest: +NORMALIZE_WHITESPACE
-        ['bench.training', '--worker',
-         '{"model": "mnist_cnn", "method": "nonprivate", "variant": null, "jl_dimension": null}',
-         '--batch-size=8']
-    """
-    flags = [
-        f"--{name.replace('_', '-')}={value}"
-        for name, value in options.items()
-        if value is not None
-    ]
-    return [sys.executable, "-m", module, "--worker", cell.to_json(), *flags]
+    """:func:`dpcore.runs.cells.memory_worker` with :func:`build_memory` unless ``build``."""
+    return runs_cells.memory_worker(argv, build=build or build_memory, module=module)
 
 
 def run_cell(
@@ -571,19 +244,15 @@ def run_cell(
     poll_seconds: float = POLL_SECONDS,
     **options: Any,
 ) -> WorkerResult:
-    """Run ``cell`` in a fresh worker process (``python -m <module> --worker ...`` in
-    :data:`ROOT`, ``options`` as its flags) and return what became of it.
-
-    ``module``'s ``__main__`` must call :func:`timing_worker` or :func:`memory_worker` (or
-    another worker that prints one result line). ``cap_mb`` and ``timeout`` are enforced as in
-    :func:`dpcore.runs.workers.run_worker`; nothing the worker does raises here.
-    """
-    return run_worker(
-        worker_command(cell, module, **options),
+    """:func:`dpcore.runs.cells.run_cell` in :data:`ROOT` (``python -m bench...`` imports)."""
+    return runs_cells.run_cell(
+        cell,
+        module=module,
         cwd=ROOT,
         timeout=timeout,
         cap_mb=cap_mb,
         poll_seconds=poll_seconds,
+        **options,
     )
 
 
@@ -598,24 +267,18 @@ def run_timing(
     timeout: float,
     module: str = "bench.training",
 ) -> dict[str, Any]:
-    """:func:`measure_steps` of ``cell`` in a fresh worker of ``module``: its result row.
-
-    A worker that fails without a row gives ``{"error": ...}`` alone: ``"timed out after T s"``
-    or ``"worker exited with status N: <end of its output>"``.
-    """
-    result = run_cell(
+    """:func:`dpcore.runs.cells.run_timing` of a worker of ``module``, in :data:`ROOT`."""
+    return runs_cells.run_timing(
         cell,
-        module=module,
-        timeout=timeout,
         device=device,
         threads=threads,
         warmup=warmup,
         steps=steps,
         budget=budget,
+        timeout=timeout,
+        module=module,
+        cwd=ROOT,
     )
-    if result.ok:
-        return dict(result.row or {})
-    return {"error": result.error}
 
 
 def run_capped(
@@ -629,34 +292,15 @@ def run_capped(
     device: str = "cpu",
     poll_seconds: float = POLL_SECONDS,
 ) -> dict[str, Any]:
-    """:func:`measure_memory` of ``cell`` at ``batch_size`` in a fresh worker of ``module``,
-    killed if its resident set passes ``cap_mb`` or it outlives ``timeout``: its result row.
-
-    The row always has ``polled_rss_mb`` (the largest ``VmRSS`` the parent read) and
-    ``exceeded_cap``. Killed above the cap, or a worker whose own peak (``VmHWM``) ended above
-    it (a spike between two polls): ``exceeded_cap: true`` and ``peak_rss_mb: null``. Killed
-    for time: ``skipped: "too slow"`` and ``error: "killed after T s"``. Exited without a
-    row: ``error: "worker exited with status N: ..."`` (see :func:`is_oom`).
-    """
-    result = run_cell(
+    """:func:`dpcore.runs.cells.run_capped` of a worker of ``module``, in :data:`ROOT`."""
+    return runs_cells.run_capped(
         cell,
-        module=module,
-        timeout=timeout,
+        batch_size,
         cap_mb=cap_mb,
-        poll_seconds=poll_seconds,
-        batch_size=batch_size,
+        timeout=timeout,
+        module=module,
+        cwd=ROOT,
         threads=threads,
         device=device,
+        poll_seconds=poll_seconds,
     )
-    row: dict[str, Any] = {"polled_rss_mb": result.polled_rss_mb, "exceeded_cap": False}
-    if result.status == "over_cap":
-        return {**row, "exceeded_cap": True, "peak_rss_mb": None, "step_seconds": None}
-    if result.status == "timeout":
-        return {**row, "skipped": "too slow", "error": f"killed after {timeout:.0f} s"}
-    if not result.ok:
-        return {**row, "error": result.error}
-    row.update(result.row or {})
-    if row.get("peak_rss_mb") is not None and row["peak_rss_mb"] > cap_mb:
-        row["exceeded_cap"] = True  # a spike between two polls
-        row["peak_rss_mb"] = None
-    return row

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import cells
-from bench.cells import Cell
+from dpcore.runs import workers
+from dpcore.runs.cells import Cell, worker_settings
 
 PHYSICAL = 256
 BASELINE = 16384
@@ -87,7 +88,7 @@ def _lots(model: Any, size: int, *, lots: int = 1, physical: int | None = PHYSIC
 
 def measure(lot: int) -> dict[str, Any]:
     """Train the one-batch lot then the logical lot in this process; seconds and peak RSS."""
-    with cells.worker_settings(1):
+    with worker_settings(1):
         return _measure(lot)
 
 
@@ -98,7 +99,7 @@ def _measure(lot: int) -> dict[str, Any]:
     try:
         model = tf_privacy_mnist_cnn()
         one_batch = _lots(model, BASELINE, lots=2, physical=None)[-1]
-        row["one_batch_rss_mb"] = cells.peak_rss_mb()
+        row["one_batch_rss_mb"] = workers.peak_rss_mb()
         (logical,) = _lots(model, lot)
         row.update(
             step_seconds=logical,
@@ -109,7 +110,7 @@ def _measure(lot: int) -> dict[str, Any]:
         )
     except (Exception, MemoryError) as error:  # recorded: the parent decides what it means
         row["error"] = f"{type(error).__name__}: {error}"[:2000]
-    row["peak_rss_mb"] = cells.peak_rss_mb()
+    row["peak_rss_mb"] = workers.peak_rss_mb()
     return row
 
 
@@ -190,7 +191,7 @@ def _worker(argv: list[str]) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
-    cells.emit_result(measure(args.batch_size))
+    workers.emit_result(measure(args.batch_size))
     return 0
 
 

@@ -26,7 +26,7 @@ started by :func:`bench.cells.run_timing`), with ``threads`` TensorFlow intra- a
 threads (default: every core, as the TF Privacy baseline). Warm-up steps (the first traces the
 step) are not timed; ``step_seconds`` is the median of the timed steps (the quick profile times
 fewer for slow cells, the full one times fast cells for at least :data:`FULL_MIN_SECONDS`:
-:func:`bench.cells.timed_count`). ``ratio_to_nonprivate`` divides by the
+:func:`dpcore.runs.cells.timed_count`). ``ratio_to_nonprivate`` divides by the
 ``nonprivate`` row of the same model in the same run.
 
 Peer (``imdb_lstm`` only): TF Privacy cannot run here (it needs TensorFlow 2.15), so its
@@ -56,14 +56,11 @@ from bench.cells import (
     LEARNING_RATE,
     MAX_GRAD_NORM,
     NOISE_MULTIPLIER,
-    Cell,
-    _worker_parser,
-    emit_result,
-    peak_rss_mb,
     run_cell,
-    timed_count,
 )
 from bench.training import Profile
+from dpcore.runs.cells import Cell, timed_count, worker_parser
+from dpcore.runs.workers import emit_result, peak_rss_mb
 
 __all__ = [
     "FULL",
@@ -101,7 +98,7 @@ PEER_METHODS = {
 FULL: Profile = {"warmup": 2, "steps": 10, "budget": None, "timeout": 1800}
 QUICK: Profile = {"warmup": 2, "steps": 3, "budget": 6.0, "timeout": 600}
 """Two warm-up steps in both: the first traces the ``tf.function``, so the budget of the quick
-profile is estimated from the second (see :func:`bench.cells.timed_count`)."""
+profile is estimated from the second (see :func:`dpcore.runs.cells.timed_count`)."""
 
 #: The full profile times fast cells for about this many seconds (at least ``steps`` steps):
 #: a millisecond CNN step varies by tens of percent from one step to the next on a shared CPU.
@@ -208,7 +205,7 @@ def measure(
     min_seconds: float | None = None,
 ) -> dict[str, Any]:
     """Time ``cell`` here on a lot of ``batch_size``: ``warmup`` untimed steps, then the median
-    of the timed ones (how many: :func:`bench.cells.timed_count`).
+    of the timed ones (how many: :func:`dpcore.runs.cells.timed_count`).
 
     An exception is recorded in the row's ``error`` (one line), not raised.
     """
@@ -258,7 +255,7 @@ def timing_worker(argv: Sequence[str]) -> int:
     """``python -m bench.tf_training --worker CELL --warmup N --steps N [--budget S]
     [--threads N] [--batch-size N] [--min-seconds S]``: :func:`measure` here, then its row as the
     result line."""
-    parser = _worker_parser(MODULE)
+    parser = worker_parser(MODULE)
     parser.add_argument("--warmup", type=int, required=True)
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--budget", type=float, default=None)

@@ -26,7 +26,7 @@ One *step* is a full optimizer step on the lot:
 
 Every (model, method) cell runs in its own Python process (``python -m bench.training --worker``,
 see :func:`bench.cells.run_timing`), so ``peak_rss_mb`` (``VmHWM``, see
-:func:`bench.cells.peak_rss_mb`) is that method's own peak; ``baseline_rss_mb`` is the same
+:func:`dpcore.runs.workers.peak_rss_mb`) is that method's own peak; ``baseline_rss_mb`` is the same
 counter just before the first step (interpreter, torch, model, data). Each process uses
 ``torch.set_num_threads(threads)`` (1 by default) and ``torch.set_flush_denormal(True)``: the
 LSTM backward on CPU is ~3x slower on denormal floats, so every method gets the flag alike. Warm-up
@@ -59,11 +59,11 @@ from bench.cells import (
     MAX_GRAD_NORM,
     NOISE_MULTIPLIER,
     OPACUS_MODES,
-    Cell,
     run_timing,
     timing_worker,
 )
 from dpcore.runs import ExecutorChoice, SupportsSubmit, parse_executor, run_many
+from dpcore.runs.cells import Cell
 
 __all__ = [
     "FULL",

@@ -41,19 +41,21 @@ from pathlib import Path
 from typing import Any
 
 from bench import cells, logical_lots, training
-from bench.cells import Cell
+from dpcore.runs import cells as runs_cells
+from dpcore.runs import workers
+from dpcore.runs.cells import Cell
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "mnist_cnn"
 CAP_MB = 8192.0
-POLL_SECONDS = cells.POLL_SECONDS
+POLL_SECONDS = workers.POLL_SECONDS
 MIN_LOG2 = 10
 MAX_LOG2 = 17
 QUICK_MAX_LOG2 = 12
 SLOW_SECONDS = 60.0
 #: The warm-up (first) step may take longer (3 * SLOW_SECONDS): an engine's first lot runs
-#: one-time checks (see :data:`bench.cells.MEMORY_WARMUP_LIMIT_SECONDS`).
-WARMUP_SECONDS = cells.MEMORY_WARMUP_LIMIT_SECONDS
+#: one-time checks (see :data:`dpcore.runs.cells.MEMORY_WARMUP_LIMIT_SECONDS`).
+WARMUP_SECONDS = runs_cells.MEMORY_WARMUP_LIMIT_SECONDS
 WORKER_TIMEOUT = 400.0
 JL_DIMENSION = 10
 METHODS = (
@@ -126,7 +128,7 @@ def sweep(
             progress.write(f"{cell.label} lot {lot}: exceeded {cap_mb:.0f} MiB")
             break
         if row["error"] is not None and row.get("skipped") is None:
-            stopped_by = ("out of memory" if cells.is_oom(row) else "error") + f" at lot {lot}"
+            stopped_by = ("out of memory" if workers.is_oom(row) else "error") + f" at lot {lot}"
             progress.write(f"{cell.label} lot {lot}: {row['error']}"[:300])
             break
         if row.get("skipped") is not None:

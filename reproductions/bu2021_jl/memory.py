@@ -35,8 +35,9 @@ from collections.abc import Callable
 from typing import Any
 
 from bench import cells
-from bench.cells import Cell
 from dpcore.runs import measurements as cache
+from dpcore.runs.cells import Cell
+from dpcore.runs.workers import is_oom
 from reproductions.bu2021_jl import config as paper
 from reproductions.bu2021_jl.memory_worker import MODULE, SMALL_HIDDEN, WIDE_HIDDEN, _variant
 from reproductions.common import code_fingerprint
@@ -186,7 +187,7 @@ def outcome(measured: dict[str, Any], cap_mb: float, device: str) -> str:
     if error is not None and measured.get("skipped") == "too slow":
         return "too_slow"  # killed by the parent's timeout
     if error is not None:
-        return "exceeds" if cells.is_oom(measured) else "error"
+        return "exceeds" if is_oom(measured) else "error"
     if device == "cuda" and (measured.get("peak_gpu_mb") or 0.0) > cap_mb:
         return "exceeds"
     return "fits"

@@ -13,7 +13,7 @@ from typing import Any
 from torch import nn
 
 from bench import cells
-from bench.cells import Cell
+from dpcore.runs.cells import Cell
 
 MODULE = "reproductions.bu2021_jl.memory_worker"
 #: Dense width of Table 4's "17M" model: the TF Privacy CNN with a 32,768-unit hidden layer has

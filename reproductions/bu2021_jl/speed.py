@@ -11,10 +11,11 @@ Methods (every one a full optimizer step on a lot of real reviews):
   ``DPTrainer.dp_adam(engine="fast")`` on Poisson lots;
 - ``dp_adam_jl`` (r in 1, 5, 10, 30): the ``nn.LSTM`` model with ``DPTrainer.dp_adam(engine="jl")``.
 
-Timing reuses the training benchmark's worker (:mod:`bench.cells`): every method runs in its own
-process (``python -m reproductions.bu2021_jl.speed --worker``) with flush-to-zero for denormals,
-warm-up lots are not timed, and at most ``timed_lots`` lots after them are (fewer for slow methods
-in the quick profile, by a time budget). A row's ``seconds_per_epoch`` is a partial epoch
+Timing reuses the measuring cells of :mod:`dpcore.runs.cells` (as the training benchmark
+does): every method runs in its own process (``python -m reproductions.bu2021_jl.speed
+--worker``) with flush-to-zero for denormals, warm-up lots are not timed, and at most
+``timed_lots`` lots after them are (fewer for slow methods in the quick profile, by a time
+budget). A row's ``seconds_per_epoch`` is a partial epoch
 extrapolated: the mean of its timed lots times 98 (``extrapolated: true``, ``timed_steps`` lots).
 
 The full profile keeps each method's measurement in its :class:`Output`'s run store
@@ -41,12 +42,12 @@ from typing import Any
 
 import numpy as np
 
-from bench.cells import Cell, run_timing, timing_worker
 from dpcore.atomic import atomic_write_bytes
 from dpcore.runs import measurements as cache
+from dpcore.runs.cells import Cell, run_timing, timing_worker
 from reproductions.bu2021_jl import config as paper
 from reproductions.common import code_fingerprint
-from reproductions.harness import Output
+from reproductions.harness import ROOT, Output
 
 STEM = "bu2021_jl_speed"
 TABLE = "speed-table"
@@ -64,7 +65,7 @@ DPCORE_TF_MISSING = "not measured here: run `nox -s dpcoretf`"
 DPCORE_TF_NOT_ON_GPU = "not timed on the GPU (`nox -s dpcoretf` runs on CPU; see the CPU table)"
 #: The code that measures (model and step builders, timing loop, worker): its fingerprint is part
 #: of every cached measurement's key.
-MEASURING_CODE = ("dpcore.torch", "dpcore.runs.workers", "bench", MODULE)
+MEASURING_CODE = ("dpcore.torch", "dpcore.runs.workers", "dpcore.runs.cells", MODULE)
 
 
 def stem_for(device: str) -> str:
@@ -449,7 +450,7 @@ def measurement_key(cell: Cell, config: SpeedConfig, setup: dict[str, Any]) -> d
 def measure_cell(
     cell: Cell, config: SpeedConfig, setup: dict[str, Any], *, output: Output
 ) -> dict[str, Any]:
-    """``cell`` timed in its own worker (:func:`bench.cells.run_timing`), or its cached row.
+    """``cell`` timed in its own worker (:func:`dpcore.runs.cells.run_timing`), or its cached row.
 
     A row cached under exactly :func:`measurement_key` is reused; the full profile caches each
     row measured without error (atomically, in ``output``'s run store: ``<runs>/<STEM>/``).
@@ -468,6 +469,7 @@ def measure_cell(
         budget=config.budget,
         timeout=config.timeout,
         module=MODULE,
+        cwd=ROOT,
     )
     if measured.get("error") is None and config.profile == "full":
         cache.store(path, key, measured)

@@ -1,5 +1,5 @@
-"""bench.cells: a cell's worker command line, its worker's one result line, and how the parent
-turns each way a worker ends into the timing and memory benchmarks' rows."""
+"""bench.cells over dpcore.runs.cells: a cell's worker command line, its worker's one result
+line, and how the parent turns each way a worker ends into the timing and memory rows."""
 
 from __future__ import annotations
 
@@ -12,13 +12,14 @@ import pytest
 import torch
 
 from bench import cells
-from bench.cells import Cell
-from dpcore.runs.workers import WorkerResult, find_result
+from dpcore.runs import cells as runs_cells
+from dpcore.runs.cells import Cell, worker_command
+from dpcore.runs.workers import WorkerResult, find_result, is_oom
 
 
 def test_cell_json_and_worker_command() -> None:
     cell = Cell("imdb_lstm", "dpsgd_jl", "lstm", 10)
-    command = cells.worker_command(cell, "bench.training", device="cpu", budget=None, warmup=2)
+    command = worker_command(cell, "bench.training", device="cpu", budget=None, warmup=2)
     assert command[:3] == [sys.executable, "-m", "bench.training"]
     assert command[3] == "--worker" and Cell.from_json(command[4]) == cell
     assert command[5:] == ["--device=cpu", "--warmup=2"]  # None options are left out
@@ -65,7 +66,7 @@ def test_a_failing_step_is_a_row_with_its_error(capsys: pytest.CaptureFixture[st
     argv = ["--worker", Cell("m", "nonprivate").to_json(), "--batch-size=2"]
     cells.memory_worker(argv, build=build)
     row = find_result(capsys.readouterr().out)
-    assert row is not None and row["error"] == "MemoryError: no room" and cells.is_oom(row)
+    assert row is not None and row["error"] == "MemoryError: no room" and is_oom(row)
 
 
 @pytest.fixture
@@ -79,7 +80,7 @@ def worker_result(monkeypatch: pytest.MonkeyPatch) -> Callable[[WorkerResult], l
             commands.append(command)
             return result
 
-        monkeypatch.setattr(cells, "run_worker", fake)
+        monkeypatch.setattr(runs_cells, "run_worker", fake)
         return commands
 
     return use
@@ -125,7 +126,7 @@ def test_run_capped_rows(worker_result: Callable[[WorkerResult], list[list[str]]
     assert (row["skipped"], row["error"]) == ("too slow", "killed after 45 s")
     worker_result(WorkerResult("crashed", returncode=-9, polled_rss_mb=900.0))
     row = cells.run_capped(cell, 4096, **capped)
-    assert row["error"].startswith("worker exited with status -9") and cells.is_oom(row)
+    assert row["error"].startswith("worker exited with status -9") and is_oom(row)
     # a spike above the cap between two polls: the worker's own peak says so
     spike = {"peak_rss_mb": 1100.0, "step_seconds": 1.0, "error": None}
     commands = worker_result(WorkerResult("ok", row=spike, polled_rss_mb=800.0))

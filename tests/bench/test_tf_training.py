@@ -13,9 +13,9 @@ import pytest
 
 from bench import __main__ as bench_main
 from bench import tf_training
-from bench.cells import Cell
 from dpcore import provenance
 from dpcore.runs import workers as protocol
+from dpcore.runs.cells import Cell
 
 #: Seconds per step the fake workers report, by (model, method).
 FAKE = {

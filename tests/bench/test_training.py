@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from bench import training
-from bench.cells import Cell
 from dpcore.errors import InvalidParameterError
+from dpcore.runs.cells import Cell
 
 
 def test_results_are_saved_after_every_cell(

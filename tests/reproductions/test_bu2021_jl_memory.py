@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from bench import cells
-from bench.cells import Cell
 from dpcore.errors import InvalidParameterError
 from dpcore.runs import measurements as cache
+from dpcore.runs.cells import Cell
 from dpcore.torch.models import tf_privacy_mnist_cnn
 from reproductions.bu2021_jl import memory, memory_report, memory_worker
 from reproductions.harness import Output
@@ -146,7 +146,7 @@ def test_worker_peak_memory_is_its_own_not_the_parents() -> None:
 
     ballast = np.ones(80_000_000)  # 640 MB resident in this (parent) process
     child = subprocess.run(
-        [sys.executable, "-c", "from bench.cells import peak_rss_mb; print(peak_rss_mb())"],
+        [sys.executable, "-c", "from dpcore.runs.workers import peak_rss_mb; print(peak_rss_mb())"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from bench.cells import Cell
 from dpcore.runs import measurements as cache
+from dpcore.runs.cells import Cell
 from reproductions.bu2021_jl import speed, speed_report
 from reproductions.harness import Output
 
@@ -280,7 +280,7 @@ def test_the_cache_key_holds_the_code_fingerprint(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(speed, "code_fingerprint", fingerprint)
     here = speed.measuring_setup("cpu", 1)
     assert here["code"] == "f" * 16 and here["torch"] == torch.__version__
-    assert {"dpcore.torch", "bench", speed.MODULE} <= set(fingerprinted[0])
+    assert {"dpcore.torch", "dpcore.runs.cells", speed.MODULE} <= set(fingerprinted[0])
     key = speed.measurement_key(
         Cell("imdb_lstm", "nonprivate", "lstm"), speed.PROFILES["full"], here
     )
