@@ -8,12 +8,12 @@ the right shape (timing does not depend on the values; seeded):
   parameters) on float32 ``(256, 28, 28, 1)`` images uniform in [0, 1), 10 classes, SGD with
   the torch benchmark's learning rate (:data:`bench.cells.LEARNING_RATE`);
 - ``imdb_lstm``: the DP-SGD-JL paper's IMDb model as the TF Privacy baseline builds it
-  (:func:`reproductions.bu2021_jl.tf_privacy_worker.build_model`, 586,369 parameters) on
+  (:func:`dpcore.runs.tf_cells.imdb_lstm`, 586,369 parameters) on
   ``(256, 150)`` token ids below 8000, binary labels, Adam with learning rate 1e-3 (the paper's
   and the TF Privacy baseline's optimizer).
 
 One *step* is one ``tf.function`` of Keras's ``train_step`` on the lot
-(:func:`reproductions.bu2021_jl.dpcore_tf_worker.keras_step`):
+(:func:`dpcore.runs.tf_cells.keras_step`):
 
 - ``nonprivate``: the Keras model compiled with the optimizer and the mean loss;
 - ``dpcore_tf_exact``: :class:`dpcore.tf.DPModel` (C = 1, sigma = 1, divisor 256), exact
@@ -60,6 +60,7 @@ from bench.cells import (
 )
 from bench.training import Profile
 from dpcore.runs.cells import Cell, timed_count, worker_parser
+from dpcore.runs.tf_cells import error_text, imdb_lstm, keras_step, tensorflow_environment
 from dpcore.runs.workers import emit_result, peak_rss_mb
 
 __all__ = [
@@ -86,6 +87,21 @@ JL_DIMENSIONS = (1, 5, 10, 30)
 QUICK_JL_DIMENSIONS = {"mnist_cnn": (1, 5, 10), "imdb_lstm": (1, 5)}
 #: Adam's learning rate on ``imdb_lstm`` (Bu et al. 2021, §5; the TF Privacy baseline's).
 IMDB_LEARNING_RATE = 1e-3
+
+
+@dataclasses.dataclass(frozen=True)
+class ImdbSizes:
+    """The IMDb model's sizes (:func:`dpcore.runs.tf_cells.imdb_lstm`): the paper's and the
+    TF Privacy baseline's (vocabulary 8000, reviews of 150 tokens, 64-wide layers), seed 0."""
+
+    vocab_size: int = 8000
+    sequence_length: int = 150
+    embedding_dim: int = 64
+    hidden_size: int = 64
+    seed: int = 0
+
+
+IMDB_SIZES = ImdbSizes()
 #: The TF Privacy timing read for the peer column (committed; ``nox -s tfprivacy``).
 PEER_FILE = ROOT / "figures" / "bu2021_jl_tf_privacy.json"
 #: Our method -> the peer's row beside it.
@@ -170,15 +186,12 @@ def build(cell: Cell, batch_size: int = BATCH_SIZE) -> tuple[Any, Any, Any, Any]
     a ``DPModel`` told the lot size), the compiled step and the fixed lot of ``batch_size``."""
     import keras
 
-    from reproductions.bu2021_jl.dpcore_tf_worker import DpcoreTfConfig, keras_step
-    from reproductions.bu2021_jl.tf_privacy_worker import build_model
-
     if cell.model == "mnist_cnn":
         network = mnist_cnn()
         optimizer = keras.optimizers.SGD(learning_rate=LEARNING_RATE)
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     else:
-        network = build_model(DpcoreTfConfig())
+        network = imdb_lstm(IMDB_SIZES)
         optimizer = keras.optimizers.Adam(learning_rate=IMDB_LEARNING_RATE)
         loss = keras.losses.BinaryCrossentropy(from_logits=True)
     model, step = keras_step(
@@ -209,9 +222,6 @@ def measure(
 
     An exception is recorded in the row's ``error`` (one line), not raised.
     """
-    from reproductions.bu2021_jl.dpcore_tf_worker import error_text
-    from reproductions.bu2021_jl.tf_privacy_worker import tensorflow_environment
-
     row: dict[str, Any] = {
         "step_seconds": None,
         "step_seconds_all": None,

@@ -82,14 +82,11 @@ _DASH_M = re.compile(r"-m\s+((bench|reproductions|audits)(\.[A-Za-z_]\w*)*)")
 #: test fails on any other, and on any of these once it is gone (so the list only shrinks).
 #: - audits -> reproductions.common.write_between_markers: audits/ is being rebuilt elsewhere;
 #:   it moves to dpcore.runs.markers.write_between_markers with that work.
-#: - bench.tf_training -> the Bu et al. 2021 TensorFlow workers (model and step), and the
-#:   Bu et al. 2021 memory reproduction (Tables 3-4) -> the memory benchmark's cells (``bench``:
-#:   its models, lots and steps, and their source in the measuring code's fingerprint): these
-#:   are to become benchmark cells in bench/ whose saved results the reproduction reports.
+#: - the Bu et al. 2021 memory reproduction (Tables 3-4) -> the memory benchmark's cells
+#:   (``bench``: its models, lots and steps, and their source in the measuring code's
+#:   fingerprint): to become benchmark cells in bench/ whose saved results it reports.
 KNOWN = {
     ("audits/implementations/table.py", "reproductions.common"),
-    ("bench/tf_training.py", "reproductions.bu2021_jl.dpcore_tf_worker"),
-    ("bench/tf_training.py", "reproductions.bu2021_jl.tf_privacy_worker"),
     ("reproductions/bu2021_jl/memory.py", "bench"),
     ("reproductions/bu2021_jl/memory_worker.py", "bench"),
 }

@@ -43,6 +43,7 @@ import numpy as np
 
 from dpcore.errors import InvalidParameterError
 from dpcore.runs import workers as protocol
+from dpcore.runs.tf_cells import cpu_name
 from reproductions.bu2021_jl import config as paper
 from reproductions.bu2021_jl.dpcore_tf_worker import (
     DP_METHODS,
@@ -58,7 +59,7 @@ from reproductions.bu2021_jl.tf_privacy_baseline import (
     run_module_worker,
     summarize,
 )
-from reproductions.bu2021_jl.tf_privacy_worker import _cpu_name, _stored
+from reproductions.bu2021_jl.tf_privacy_worker import _stored
 from reproductions.common import code_fingerprint
 
 if TYPE_CHECKING:
@@ -81,6 +82,7 @@ MODULE = "reproductions.bu2021_jl.dpcore_tf_timing"
 #: The code that measures: its fingerprint keys the full profile's checkpoints.
 MEASURING_CODE = (
     "dpcore.tf",
+    "dpcore.runs.tf_cells",
     "reproductions.bu2021_jl.dpcore_tf_worker",
     "reproductions.bu2021_jl.tf_privacy_worker",
 )
@@ -269,7 +271,7 @@ def compute(
     }
     extra: dict[str, Any] = {
         "seed": config.seed,
-        "hardware": f"CPU {_cpu_name()}, {config.threads} TensorFlow thread(s) of "
+        "hardware": f"CPU {cpu_name()}, {config.threads} TensorFlow thread(s) of "
         f"{os.cpu_count()} cores",
         **versions,
         "errors": {},

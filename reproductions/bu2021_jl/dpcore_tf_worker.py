@@ -3,7 +3,8 @@
 Each method is timed in its own child process, ``python -m
 reproductions.bu2021_jl.dpcore_tf_timing --worker ...`` (started by
 :func:`~reproductions.bu2021_jl.dpcore_tf_timing.run_worker`), which calls :func:`worker`:
-configure TensorFlow's threads, build the IMDb LSTM and the method's step (:func:`keras_step`),
+configure TensorFlow's threads, build the IMDb LSTM and the method's step
+(:func:`dpcore.runs.tf_cells.keras_step`),
 and time warm-up and timed lots, resuming from a checkpoint of the lots timed so far. The model,
 the lots, the timing loop and the checkpointed measurement are the TF Privacy baseline's
 (:mod:`~reproductions.bu2021_jl.tf_privacy_worker`, imported); only the steps differ. The child
@@ -15,7 +16,6 @@ progress goes to stderr. Also the configuration both sides share (:class:`Dpcore
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,13 +23,13 @@ from typing import Any
 import numpy as np
 
 from dpcore.errors import InvalidParameterError
+from dpcore.runs.tf_cells import error_text, keras_step, tensorflow_environment
+from dpcore.runs.tf_cells import imdb_lstm as build_model
 from reproductions.bu2021_jl import config as paper
 from reproductions.bu2021_jl.tf_privacy_worker import (
     _peak_rss_mb,
     _stored,
-    build_model,
     measure_lots,
-    tensorflow_environment,
     time_lots,
 )
 
@@ -38,8 +38,6 @@ __all__ = [
     "METHODS",
     "DpcoreTfConfig",
     "clipping_of",
-    "error_text",
-    "keras_step",
     "method_key",
     "time_method",
     "worker",
@@ -100,55 +98,6 @@ def method_key(method: str, r: int | None = None) -> str:
 # ----------------------------------------------------------------------------- TensorFlow side
 
 
-def keras_step(
-    net: Any,
-    *,
-    private: bool,
-    optimizer: Any,
-    loss: Any,
-    jl_dimension: int | None = None,
-    max_grad_norm: float = paper.MAX_GRAD_NORM,
-    noise_multiplier: float = paper.NOISE_MULTIPLIER,
-    expected_lot_size: float = paper.IMDB_LOT,
-    dataset_size: int = 25_000,
-    seed: int = 0,
-) -> tuple[Any, Callable[[Any, Any], Any]]:
-    """``(model, step)``: one ``tf.function`` optimizer step of Keras's own ``train_step``.
-
-    Not ``private``: ``net`` compiled with ``optimizer`` and ``loss`` (Keras's mean loss).
-    ``private``: :class:`dpcore.tf.DPModel` around ``net`` (C = ``max_grad_norm``, sigma =
-    ``noise_multiplier``; exact clipping, or JL norms with ``jl_dimension`` = r), the noisy sum
-    divided by ``expected_lot_size`` as ``fit`` on Poisson lots of that expected size does
-    (Abadi et al. 2016, Alg. 1). ``step(inputs, targets)`` returns the lot's mean loss.
-    Used by this timing and by the TensorFlow training benchmark (:mod:`bench.tf_training`).
-    """
-    import tensorflow as tf
-
-    from dpcore.tf import DPModel
-
-    model = net
-    if private:
-        model = DPModel(
-            net,
-            max_grad_norm=max_grad_norm,
-            noise_multiplier=noise_multiplier,
-            jl_dimension=jl_dimension,
-            seed=seed,
-        )
-    model.compile(optimizer=optimizer, loss=loss)
-    if private:
-        # fit() takes q and the divisor from its Poisson lots; the timed lots are fixed-size
-        from dpcore.tf import PoissonLots
-
-        model.use_lots(PoissonLots(np.zeros(dataset_size), expected_lot_size=expected_lot_size))
-
-    @tf.function
-    def step(inputs: Any, targets: Any) -> Any:
-        return model.train_step((inputs, targets))["loss"]
-
-    return model, step
-
-
 def _step(method: str, config: DpcoreTfConfig, r: int | None) -> tuple[Any, Any]:
     import keras
 
@@ -195,28 +144,6 @@ def clipping_of(method: str, config: DpcoreTfConfig, r: int | None = None) -> st
 
 def _wanted(method: str, config: DpcoreTfConfig) -> int:
     return config.dp_lots if method in DP_METHODS else config.nonprivate_lots
-
-
-def error_text(error: BaseException, limit: int = 1000) -> str:
-    r"""``Type: message`` of ``error`` on one line, without terminal colours, at most ``limit``
-    characters. A TensorFlow graph error lists the user-code frames (``File "...", line N``
-    and its code line) before what went wrong: only what follows the last frame is kept.
-
-    Example:
-        >>> error_text(TypeError("in user code:\n\n  \x1b[1m`dtype` variant\x1b[0m\n"))
-        'TypeError: in user code: `dtype` variant'
-        >>> error_text(TypeError('in user code:\n  File "a.py", line 1, in f *\n    f(x)\n'
-        ...                      'TypeError: LSTM.call() failed.\n  `dtype` variant'))
-        'TypeError: LSTM.call() failed. `dtype` variant'
-    """
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error))
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    frames = [index for index, line in enumerate(lines) if line.startswith('File "')]
-    if frames and len(lines) > frames[-1] + 2:
-        lines = lines[frames[-1] + 2 :]
-    message = " ".join(" ".join(lines).split())
-    name = type(error).__name__
-    return (message if message.startswith(f"{name}: ") else f"{name}: {message}")[:limit]
 
 
 def worker(

@@ -57,15 +57,15 @@ import numpy as np
 
 from dpcore.errors import InvalidParameterError
 from dpcore.runs import workers as protocol
+from dpcore.runs.tf_cells import cpu_name
+from dpcore.runs.tf_cells import imdb_lstm as build_model
 from reproductions.bu2021_jl import config as paper
 from reproductions.bu2021_jl.tf_privacy_worker import (
     DP_METHODS,
     METHODS,
     TfPrivacyConfig,
-    _cpu_name,
     _stored,
     _wanted,
-    build_model,
     configure_tensorflow,
     measure,
     time_method,
@@ -317,7 +317,7 @@ def compute(
     per_epoch = lots_per_epoch(config.dataset_size, config.lot_size)
     extra: dict[str, Any] = {
         "seed": config.seed,
-        "hardware": f"CPU {_cpu_name()}, {used} TensorFlow thread(s) of {os.cpu_count()} cores",
+        "hardware": f"CPU {cpu_name()}, {used} TensorFlow thread(s) of {os.cpu_count()} cores",
         "tensorflow": tensorflow,
         "tensorflow_privacy": _version("tensorflow-privacy"),
         "errors": {},

@@ -10,9 +10,9 @@ The child prints what :func:`worker` returns as the one result line of :mod:`dpc
 (torch-free, like this module); its progress goes to stderr.
 Also the configuration both sides share (:class:`TfPrivacyConfig`, :data:`METHODS`).
 
-What does not depend on the TensorFlow version (the model builder :func:`build_model`, the
-lots and timing loop :func:`time_lots`, the resumable measurement :func:`measure_lots`, the
-machine description :func:`tensorflow_environment`) is also used by the dpcore TF timing
+What does not depend on the TensorFlow version (the lots and timing loop :func:`time_lots`,
+the resumable measurement :func:`measure_lots`; the model and the machine description come
+from :mod:`dpcore.runs.tf_cells`) is also used by the dpcore TF timing
 (:mod:`~reproductions.bu2021_jl.dpcore_tf_worker`, TensorFlow >= 2.16 with Keras 3); only the
 optimizers and :func:`configure_tensorflow` are TF Privacy's (TensorFlow 2.15).
 TensorFlow is imported only inside functions.
@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import platform
 import sys
 import time
 from collections.abc import Callable
@@ -33,6 +31,8 @@ from typing import Any
 import numpy as np
 
 from dpcore.atomic import atomic_write_text
+from dpcore.runs.tf_cells import imdb_lstm as build_model
+from dpcore.runs.tf_cells import proc_value, tensorflow_environment
 from reproductions.bu2021_jl import config as paper
 
 #: Row names, in the order they are timed.
@@ -72,72 +72,12 @@ class TfPrivacyConfig:
 # ----------------------------------------------------------------------------- TensorFlow side
 
 
-def tensorflow_environment(threads: int) -> dict[str, Any]:
-    """Import TensorFlow with ``threads`` intra-/inter-op threads; its versions and hardware.
-
-    Must run before any TensorFlow operation (the thread pools are fixed at the first one).
-    Any TensorFlow 2 (2.15 with Keras 2, or >= 2.16 with Keras 3).
-    """
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import keras
-    import tensorflow as tf
-
-    tf.config.threading.set_intra_op_parallelism_threads(threads)
-    tf.config.threading.set_inter_op_parallelism_threads(threads)
-    gpus = [device.name for device in tf.config.list_physical_devices("GPU")]
-    where = f"GPU {', '.join(gpus)}" if gpus else f"CPU {_cpu_name()}"
-    return {
-        "hardware": f"{where}, {threads} TensorFlow thread(s) of {os.cpu_count()} cores",
-        "gpus": gpus,
-        "tensorflow": tf.__version__,
-        "keras": keras.__version__,
-    }
-
-
 def configure_tensorflow(threads: int) -> dict[str, Any]:
     """:func:`tensorflow_environment` and TF Privacy's version (its environment: TF 2.15)."""
     environment = tensorflow_environment(threads)
     import tensorflow_privacy
 
     return {**environment, "tensorflow_privacy": tensorflow_privacy.__version__}
-
-
-def _proc(path: str, key: str) -> str | None:
-    """The value of ``key`` in a ``/proc`` file such as ``/proc/meminfo`` (Linux); else None."""
-    try:
-        for line in Path(path).read_text().splitlines():
-            if line.startswith(key):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
-
-
-def _cpu_name() -> str:
-    memory = _proc("/proc/meminfo", "MemTotal")  # e.g. "24683464 kB"
-    ram = f", {int(memory.split()[0]) / 2**20:.1f} GiB RAM" if memory else ""
-    return (_proc("/proc/cpuinfo", "model name") or platform.machine()) + ram
-
-
-def build_model(config: Any) -> Any:
-    """The tutorial's bidirectional LSTM (see :mod:`.tf_privacy_baseline`), built and seeded.
-
-    ``config`` gives ``vocab_size``, ``sequence_length``, ``embedding_dim``, ``hidden_size``
-    and ``seed`` (a :class:`TfPrivacyConfig` or the dpcore TF timing's config).
-    """
-    import tensorflow as tf
-
-    tf.keras.utils.set_random_seed(config.seed)
-    layers = tf.keras.layers
-    return tf.keras.Sequential(
-        [
-            tf.keras.Input(shape=(config.sequence_length,), dtype="int32"),
-            layers.Embedding(config.vocab_size, config.embedding_dim),
-            layers.Bidirectional(layers.LSTM(config.hidden_size)),
-            layers.Dense(config.hidden_size, activation="relu"),
-            layers.Dense(1),
-        ]
-    )
 
 
 def _optimizer(method: str, config: TfPrivacyConfig) -> Any:
@@ -296,7 +236,7 @@ def measure(
 
 def _peak_rss_mb() -> float | None:
     """This process's peak resident memory (``VmHWM``, Linux), in MiB."""
-    peak = _proc("/proc/self/status", "VmHWM")  # e.g. "1234 kB"
+    peak = proc_value("/proc/self/status", "VmHWM")  # e.g. "1234 kB"
     return None if peak is None else round(int(peak.split()[0]) / 1024, 1)
 
 
