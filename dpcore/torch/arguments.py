@@ -17,12 +17,13 @@ from torch import nn
 
 from dpcore.errors import InvalidParameterError
 from dpcore.torch.noise import NoiseSource
-from dpcore.validation import SEED_LIMIT, check_non_negative, check_seed
+from dpcore.validation import SEED_LIMIT, check_allocation, check_non_negative, check_seed
 
 __all__ = [
     "check_betas",
     "check_callable",
     "check_entry_arguments",
+    "check_jl_memory",
     "check_model",
     "check_momentum",
     "check_torch_optimizer",
@@ -71,6 +72,21 @@ def check_betas(value: object) -> tuple[float, float]:
     return result[0], result[1]
 
 
+def check_jl_memory(model: nn.Module, jl_dimension: object) -> None:
+    """The JL engine's r directions per lot (r times the trainable parameters, drawn in
+    float64) must fit :data:`~dpcore.validation.MEMORY_LIMIT_BYTES`; a non-integer r is left to
+    the engine's own check.
+
+    Raises:
+        ResourceLimitError: naming ``jl_dimension``, before anything is allocated (r = 10^18
+            failed at the first step with torch's raw "Storage size calculation overflowed").
+    """
+    if isinstance(jl_dimension, bool) or not isinstance(jl_dimension, numbers.Integral):
+        return
+    size = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    check_allocation("jl_dimension", jl_dimension, elements=float(jl_dimension) * size)
+
+
 def derived_seed(seed: int) -> int:
     """The seed of the JL directions, ``seed + 1`` wrapped into [0, 2**63) like every seed."""
     return (seed + 1) % SEED_LIMIT
@@ -104,7 +120,8 @@ def check_entry_arguments(**arguments: object) -> None:
 
     ``model`` a Module, ``optimizer`` a torch optimizer, ``loss_fn`` and ``split`` callable,
     ``seed`` ``None`` or an integer in [0, 2**63), ``noise`` ``None`` or a
-    :class:`NoiseSource`.
+    :class:`NoiseSource`; with ``model``, ``engine="jl"`` and ``jl_dimension`` also
+    :func:`check_jl_memory`.
 
     Raises:
         InvalidParameterError: naming the first bad argument.
@@ -113,3 +130,6 @@ def check_entry_arguments(**arguments: object) -> None:
         check = _CHECKS.get(name)
         if check is not None:
             check(value)
+    model = arguments.get("model")
+    if arguments.get("engine") == "jl" and isinstance(model, nn.Module):
+        check_jl_memory(model, arguments.get("jl_dimension"))

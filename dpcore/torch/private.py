@@ -445,7 +445,14 @@ def make_private(
         IncompatibleModelError: the model fails the engine's trial lots.
     """
     check_entry_arguments(
-        model=model, optimizer=optimizer, loss_fn=loss_fn, split=split, seed=seed, noise=noise
+        model=model,
+        optimizer=optimizer,
+        loss_fn=loss_fn,
+        split=split,
+        seed=seed,
+        noise=noise,
+        engine=engine,
+        jl_dimension=jl_dimension,
     )
     if not isinstance(loader, LotLoader):
         raise InvalidParameterError(

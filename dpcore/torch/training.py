@@ -136,7 +136,13 @@ class DPTrainer:
         max_physical_batch_size: int | None = None,
     ) -> None:
         check_entry_arguments(
-            model=model, optimizer=optimizer, loss_fn=loss_fn, seed=seed, noise=noise
+            model=model,
+            optimizer=optimizer,
+            loss_fn=loss_fn,
+            seed=seed,
+            noise=noise,
+            engine=engine,
+            jl_dimension=jl_dimension,
         )
         size = batch_size(inputs)
         if batch_size(targets, "targets") != size:

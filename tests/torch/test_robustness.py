@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from dpcore.errors import DPCoreError, InvalidParameterError, StateError
+from dpcore.errors import DPCoreError, InvalidParameterError, ResourceLimitError, StateError
 from dpcore.torch import private, training
 from dpcore.torch.loaders import LotLoader
 from dpcore.torch.private import make_private
@@ -373,3 +373,20 @@ def test_largest_seed_seeds_noise_and_directions() -> None:
     assert trainer.optimizer.noise.state_dict()["seed"] == largest
     trainer.step()
     assert all(bool(torch.isfinite(p).all()) for p in trainer.model.parameters())
+
+
+def test_jl_dimension_beyond_memory_is_refused_before_building(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # r = 10^18 directions over 8 parameters built, then failed at the first step with torch's
+    # raw "Storage size calculation overflowed"; now a ResourceLimitError naming jl_dimension.
+    _forbid_building(monkeypatch)
+    model = nn.Linear(3, 2)
+    with pytest.raises(ResourceLimitError, match="Expected jl_dimension small enough"):
+        DPTrainer(
+            model,
+            optimizer=torch.optim.Optimizer(model.parameters(), {"lr": 0.1}),
+            engine="jl",
+            jl_dimension=10**18,
+            **_data(),  # type: ignore[arg-type]
+        )
