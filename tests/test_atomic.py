@@ -46,7 +46,7 @@ def test_two_writers_get_distinct_temporary_names(tmp_path: Path) -> None:
     assert (tmp_path / "x").read_text() == "1"  # the outer block replaced last
 
 
-def test_temporary_names_identify_their_writer(tmp_path: Path) -> None:
+def test_item7_temporary_names_identify_their_writer(tmp_path: Path) -> None:
     with atomic_path(tmp_path / "run.json") as temporary:
         assert temporary.name.startswith(temporary_prefix(tmp_path / "run.json"))
         assert temporary.name.startswith(f".run.json.{os.getpid()}-")
@@ -54,7 +54,9 @@ def test_temporary_names_identify_their_writer(tmp_path: Path) -> None:
         temporary.write_text("x")
 
 
-def test_stale_temporaries_of_dead_writers_are_removed_and_live_ones_kept(tmp_path: Path) -> None:
+def test_item7_stale_temporaries_of_dead_writers_are_removed_and_live_ones_kept(
+    tmp_path: Path,
+) -> None:
     """A SIGKILLed writer leaves its temporary; the next write to that target removes it, and
     never a temporary of a live writer, of another target, or of another machine."""
     killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -81,7 +83,7 @@ def test_stale_temporaries_of_dead_writers_are_removed_and_live_ones_kept(tmp_pa
         alive.wait()
 
 
-def test_statements_accountant_saves_and_audit_results_are_atomic(
+def test_item7_statements_accountant_saves_and_audit_results_are_atomic(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each of dpcore's writers goes through dpcore.atomic: killed before the rename, the old

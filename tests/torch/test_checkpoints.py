@@ -166,7 +166,7 @@ TRAINER_FOREIGN: dict[str, tuple[Callable[[], DPTrainer], str]] = {
 
 
 @pytest.mark.parametrize("case", sorted(TRAINER_FOREIGN))
-def test_trainer_refuses_a_foreign_checkpoint_and_changes_nothing(case: str) -> None:
+def test_item8_trainer_refuses_a_foreign_checkpoint_and_changes_nothing(case: str) -> None:
     build, message = TRAINER_FOREIGN[case]
     foreign = build().state_dict()
     trainer = _trainer()
@@ -211,7 +211,7 @@ TRAINER_DAMAGED: dict[str, tuple[Callable[[dict[str, Any]], dict[str, Any]], str
 
 
 @pytest.mark.parametrize("case", sorted(TRAINER_DAMAGED))
-def test_trainer_refuses_a_damaged_checkpoint_and_changes_nothing(
+def test_item8_trainer_refuses_a_damaged_checkpoint_and_changes_nothing(
     case: str, tmp_path: Path
 ) -> None:
     damage, message = TRAINER_DAMAGED[case]
@@ -227,7 +227,7 @@ def test_trainer_refuses_a_damaged_checkpoint_and_changes_nothing(
     source.load_state_dict(source.state_dict())  # the undamaged state loads
 
 
-def test_trainer_state_dict_is_a_sealed_snapshot_that_rolls_back(tmp_path: Path) -> None:
+def test_item8_trainer_state_dict_is_a_sealed_snapshot_that_rolls_back(tmp_path: Path) -> None:
     """Training on after state_dict() changes neither the state nor its digest; loading it back
     resumes bit for bit, from memory and from a file."""
     trainer = _trainer()
@@ -245,7 +245,7 @@ def test_trainer_state_dict_is_a_sealed_snapshot_that_rolls_back(tmp_path: Path)
     assert _same(expected, _fingerprint(trainer, trainer.model))
 
 
-def test_a_dataset_of_another_size_is_refused_at_load_for_every_sampler() -> None:
+def test_item8_a_dataset_of_another_size_is_refused_at_load_for_every_sampler() -> None:
     """Before: IndexError at a later step (shuffled, balls in bins) or silently the old N."""
     for kind in ("poisson", "balls_in_bins", "shuffled_fixed_size"):
         state = _trainer(kind=kind, n=48).state_dict()
@@ -264,7 +264,7 @@ PRIVATE_FOREIGN: dict[str, tuple[Callable[[], Any], str]] = {
 
 
 @pytest.mark.parametrize("case", sorted(PRIVATE_FOREIGN))
-def test_private_optimizer_refuses_a_foreign_state_and_changes_nothing(case: str) -> None:
+def test_item8_private_optimizer_refuses_a_foreign_state_and_changes_nothing(case: str) -> None:
     build, message = PRIVATE_FOREIGN[case]
     foreign = build()[1].state_dict()
     model, optimizer = _private()
@@ -298,7 +298,7 @@ PRIVATE_DAMAGED: dict[str, tuple[Callable[[dict[str, Any]], dict[str, Any]], str
 
 
 @pytest.mark.parametrize("case", sorted(PRIVATE_DAMAGED))
-def test_private_optimizer_refuses_a_damaged_state_and_changes_nothing(
+def test_item8_private_optimizer_refuses_a_damaged_state_and_changes_nothing(
     case: str, tmp_path: Path
 ) -> None:
     damage, message = PRIVATE_DAMAGED[case]
@@ -314,7 +314,7 @@ def test_private_optimizer_refuses_a_damaged_state_and_changes_nothing(
     assert _same(before, _fingerprint(optimizer, model))
 
 
-def test_private_optimizer_state_is_a_sealed_snapshot_that_resumes() -> None:
+def test_item8_private_optimizer_state_is_a_sealed_snapshot_that_resumes() -> None:
     model, optimizer = _private()
     state = optimizer.state_dict()
     parameters = [p.detach().clone() for p in model.parameters()]

@@ -210,7 +210,7 @@ def _exited(pid: int) -> bool:
     return state in ("Z", "X")
 
 
-def test_workers_die_when_their_parent_is_sigkilled(tmp_path: Path) -> None:
+def test_item9_workers_die_when_their_parent_is_sigkilled(tmp_path: Path) -> None:
     """A process iterating a LotLoader with 2 workers is SIGKILLed while the workers load: within
     a few seconds no worker survives it (it would for minutes: it is busy in __getitem__)."""
     root = Path(__file__).resolve().parents[2]
