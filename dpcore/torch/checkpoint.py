@@ -225,7 +225,9 @@ def check_optimizer_state(optimizer: torch.optim.Optimizer, state: Any) -> None:
     Checks what ``optimizer.load_state_dict`` checks (the same number of groups, of the same
     sizes) and what it does not: unique integer parameter ids, per-parameter state only for those
     ids, and per-parameter buffers of the parameter's shape (``exp_avg``, ``momentum_buffer``,
-    ... of torch's built-in optimizers).
+    ... of torch's built-in optimizers). Then it loads the state into a copy of ``optimizer``
+    whose tensors are on the ``meta`` device (no memory), so that whatever the optimizer's own
+    ``load_state_dict`` refuses (e.g. a malformed ``step``) is refused here, before the real load.
 
     Raises:
         StateError: naming the first mismatch.
@@ -264,6 +266,30 @@ def check_optimizer_state(optimizer: torch.optim.Optimizer, state: Any) -> None:
                     f"The checkpoint's optimizer state {name!r} of parameter {index} has shape "
                     f"{tuple(buffer.shape)}; the parameter has shape {tuple(shape)}."
                 )
+    _trial_load(optimizer, state)
+
+
+def _trial_load(optimizer: torch.optim.Optimizer, state: Mapping[str, Any]) -> None:
+    """Load ``state`` into a copy of ``optimizer`` over ``meta`` tensors; raise StateError if it
+    fails. An optimizer that cannot be copied skips this (the checks above still ran)."""
+    memo: dict[int, Any] = {}
+    for group in optimizer.param_groups:
+        for parameter in group["params"]:
+            memo[id(parameter)] = torch.empty_like(parameter, device="meta")
+    for buffers in optimizer.state.values():
+        for buffer in buffers.values():
+            if isinstance(buffer, torch.Tensor):
+                memo[id(buffer)] = torch.empty_like(buffer, device="meta")
+    try:
+        trial = copy.deepcopy(optimizer, memo)
+    except Exception:  # pragma: no cover - an optimizer holding something that cannot be copied
+        return
+    try:
+        trial.load_state_dict(dict(state))
+    except (TypeError, ValueError, RuntimeError, KeyError, AttributeError, IndexError) as error:
+        if isinstance(error, StateError):
+            raise
+        raise StateError(f"The optimizer refuses the checkpoint's state: {error!r}") from None
 
 
 def check_generator_state(state: Any, what: str) -> torch.Tensor:

@@ -340,3 +340,60 @@ def test_item8_private_optimizer_state_is_a_sealed_snapshot_that_resumes() -> No
     resumed = _fingerprint(optimizer, model)
     del expected[5], resumed[5]  # torch's global RNG: the DataLoader draws its base seed there
     assert _same(expected, resumed)
+
+
+def _leaves(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    if isinstance(value, dict):
+        return [leaf for key in value for leaf in _leaves(value[key], (*path, key))]
+    if isinstance(value, list) and value:
+        return [leaf for i, item in enumerate(value) for leaf in _leaves(item, (*path, i))]
+    return [path]
+
+
+def _replaced(state: Any, path: tuple[Any, ...], value: Any) -> Any:
+    """``state`` with the entry at ``path`` replaced (containers on the path copied, the rest
+    shared)."""
+    if not path:
+        return value
+    copied = copy.copy(state)
+    copied[path[0]] = _replaced(state[path[0]], path[1:], value)
+    return copied
+
+
+REPLACEMENTS = [
+    None,
+    -1,
+    2**70,
+    1e300,
+    "x",
+    [],
+    {},
+    torch.zeros(3),
+    torch.zeros(2, dtype=torch.uint8),
+]
+
+
+@pytest.mark.parametrize("owner", ["trainer", "private"])
+def test_item8_every_entry_replaced_by_junk_is_refused_typed_or_loaded(owner: str) -> None:
+    """Each leaf of a correct (resealed) state replaced by junk of another type or shape: the load
+    succeeds or raises StateError, never another error, and a refused load changes nothing."""
+    if owner == "trainer":
+        trainer = _trainer()
+        target, model, state = trainer, trainer.model, _trainer().state_dict()
+    else:
+        model, target = _private()
+        state = _private()[1].state_dict()
+    refused = 0
+    before = _fingerprint(target, model)
+    for path in _leaves({k: v for k, v in state.items() if k != INTEGRITY}):
+        for junk in REPLACEMENTS:
+            edited = _replaced(state, path, junk)
+            del edited[INTEGRITY]
+            try:
+                target.load_state_dict(seal(edited))
+            except StateError:
+                refused += 1
+                assert _same(before, _fingerprint(target, model)), (path, junk)
+            else:  # junk that fits (e.g. another learning rate): the new state is the reference
+                before = _fingerprint(target, model)
+    assert refused > 0
