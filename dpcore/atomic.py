@@ -47,8 +47,12 @@ def temporary_prefix(target: str | Path, pid: int | None = None) -> str:
 
 
 def _alive(pid: int) -> bool:
-    """Whether process ``pid`` exists on this machine (a zombie counts as gone)."""
-    if pid == os.getpid():
+    """Whether process ``pid`` exists on this machine (a zombie counts as gone).
+
+    Off POSIX every writer counts as alive (``os.kill(pid, 0)`` would send CTRL_C_EVENT on
+    Windows), so nothing is removed there.
+    """
+    if pid == os.getpid() or os.name != "posix":
         return True
     try:
         os.kill(pid, 0)
