@@ -323,6 +323,8 @@ class PrivacyLedger:
         Raises:
             StateError: a state that is not such a ledger (nothing is built).
         """
+        if not isinstance(state, dict):
+            raise StateError(f"Malformed ledger state: a {type(state).__name__}, not a dict.")
         try:
             ledger = cls(
                 dataset_size=state["dataset_size"],

@@ -110,7 +110,11 @@ class _Sampler:
             if key not in state:
                 raise StateError(f"The sampler state lacks {key!r}.")
         for key, value in wanted.items():
-            if state[key] != value:
+            saved = state[key]
+            if (
+                not (isinstance(saved, int | float) and not isinstance(saved, bool))
+                or saved != value
+            ):
                 raise StateError(
                     f"The sampler state was drawn with {key} = {state[key]!r}; this sampler has "
                     f"{key} = {value!r}."
