@@ -40,6 +40,7 @@ from torch import nn
 
 from dpcore.atomic import atomic_path
 from dpcore.errors import DPCoreError, InvalidParameterError, StateError
+from dpcore.torch.arguments import derived_seed
 from dpcore.torch.batches import Batch, batch_size, take
 from dpcore.torch.checkpoint import check_ledger, check_model_state, require, seal, verify
 from dpcore.torch.engines import make_engine
@@ -276,9 +277,10 @@ class DistributedDPTrainer:
         self.ledger = PrivacyLedger(dataset_size=size, sampler="poisson")
 
     def _shared_seed(self, seed: int | None) -> int:
-        """The JL directions' seed: ``seed + 1``, or rank 0's draw from the OS sent to all."""
+        """The JL directions' seed: ``seed + 1`` (wrapped into [0, 2**63)), or rank 0's draw
+        from the OS sent to all."""
         if seed is not None:
-            return seed + 1
+            return derived_seed(seed)
         drawn = torch.tensor(
             [int.from_bytes(os.urandom(7), "little")], dtype=torch.int64, device=self.device
         )
