@@ -397,3 +397,28 @@ def test_item8_every_entry_replaced_by_junk_is_refused_typed_or_loaded(owner: st
             else:  # junk that fits (e.g. another learning rate): the new state is the reference
                 before = _fingerprint(target, model)
     assert refused > 0
+
+
+def test_item8_component_loads_refuse_junk_typed() -> None:
+    """The parts' own loaders (noise, DP optimizer, loader and its sampler, ledger), given a
+    state with one entry replaced by junk, or junk instead of a state: StateError or a load."""
+    from dpcore.ledger import PrivacyLedger
+
+    _, optimizer = _private()
+    parts: dict[str, tuple[Callable[[Any], Any], dict[str, Any]]] = {
+        "noise": (optimizer.dp.noise.load_state_dict, optimizer.dp.noise.state_dict()),
+        "dp_optimizer": (optimizer.dp.load_state_dict, optimizer.dp.state_dict()),
+        "loader": (optimizer.loader.load_state_dict, optimizer.loader.state_dict()),
+        "ledger": (PrivacyLedger.from_state_dict, optimizer.ledger.state_dict()),
+    }
+    for name, (load, state) in parts.items():
+        junk_states = [
+            _replaced(state, path, junk) for path in _leaves(state) for junk in REPLACEMENTS
+        ]
+        for junk_state in [*junk_states, *REPLACEMENTS]:
+            try:
+                load(junk_state)
+            except StateError:
+                pass
+            except Exception as error:  # pragma: no cover - the failure this test looks for
+                raise AssertionError(f"{name}: {type(error).__name__}: {error}") from error
