@@ -422,3 +422,32 @@ def test_item8_component_loads_refuse_junk_typed() -> None:
                 pass
             except Exception as error:  # pragma: no cover - the failure this test looks for
                 raise AssertionError(f"{name}: {type(error).__name__}: {error}") from error
+
+
+def test_item8_private_optimizer_refuses_to_load_in_the_middle_of_a_lot() -> None:
+    """Loading between two micro-batches of a lot would mix the half lot's clipped sum into the
+    loaded run: refused, with nothing changed."""
+    inputs, targets = _data()
+    model = _model(8)
+    loader = LotLoader(
+        TensorDataset(inputs, targets),
+        sampler=_sampler("poisson", N, 4),
+        max_physical_batch_size=2,
+    )
+    _, optimizer, _ = make_private(
+        model,
+        torch.optim.Adam(model.parameters(), lr=0.01),
+        loader,
+        loss_fn=LOSS,
+        max_grad_norm=1.0,
+        noise_multiplier=1.0,
+        engine="fast",
+        seed=6,
+    )
+    state = optimizer.state_dict()
+    micro = next(m for m in loader if not m.last)
+    assert optimizer.step(micro) is None  # half a lot
+    before = _fingerprint(optimizer, model)
+    with pytest.raises(StateError, match="half processed"):
+        optimizer.load_state_dict(state)
+    assert _same(before, _fingerprint(optimizer, model))
