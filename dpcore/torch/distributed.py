@@ -45,7 +45,7 @@ from dpcore.torch.batches import Batch, batch_size, take
 from dpcore.torch.checkpoint import check_ledger, check_model_state, require, seal, verify
 from dpcore.torch.engines import make_engine
 from dpcore.torch.ledger import PrivacyLedger, training_statement, write_statement
-from dpcore.torch.noise import NoiseSource, SeededGaussianNoise
+from dpcore.torch.noise import NoiseSource, SeededGaussianNoise, checked_standard_normal
 from dpcore.torch.optimizers import DPOptimizer
 from dpcore.torch.per_example.base import ClippedBatch, LossFunction, NonFinitePolicy
 from dpcore.torch.per_example.jl import JLEngine
@@ -92,29 +92,55 @@ class AllReduceDPOptimizer(DPOptimizer):
     the noise drawn once, on rank 0 (see the module doc)."""
 
     def __init__(
-        self, optimizer: torch.optim.Optimizer, *, rank: int, group: Any, **kwargs: Any
+        self,
+        optimizer: torch.optim.Optimizer,
+        *,
+        rank: int,
+        group: Any,
+        device: torch.device,
+        **kwargs: Any,
     ) -> None:
         super().__init__(optimizer, **kwargs)
         self.rank = rank
         self.group = group
+        self.device = device
 
     def privatise(self, clipped: ClippedBatch) -> list[torch.Tensor]:
-        """``(sum over ranks of S_rank + N(0, sigma^2 C^2 I) drawn on rank 0) / (q N)``."""
+        """``(sum over ranks of S_rank + N(0, sigma^2 C^2 I) drawn on rank 0) / (q N)``.
+
+        Rank 0's draws are checked (:func:`~dpcore.torch.noise.checked_standard_normal`); a
+        refusal travels inside the same all-reduce as one extra entry, so every rank raises
+        before any parameter moves and none is left waiting in a collective.
+
+        Raises:
+            InvalidParameterError: rank 0's noise source returned draws that cannot be the
+                step's noise (on rank 0 that error, on the others one naming rank 0).
+        """
         if len(clipped.summed) != len(self.engine.parameters):
             raise InvalidParameterError(
                 "clipped", f"to hold {len(self.engine.parameters)} sums", len(clipped.summed)
             )
         local = []
+        refused: InvalidParameterError | None = None
         for parameter, summed in zip(self.engine.parameters, clipped.summed, strict=True):
             value = summed.detach().to(parameter.dtype).clone()
-            if self.rank == 0:
-                noise = self.noise.standard_normal(
-                    parameter.shape, dtype=parameter.dtype, device=parameter.device
-                )
-                value = value + self.noise_std * noise
+            if self.rank == 0 and refused is None:
+                try:
+                    noise = checked_standard_normal(self.noise, parameter)
+                except InvalidParameterError as error:
+                    refused = error
+                else:
+                    value = value + self.noise_std * noise
             local.append(value.reshape(-1))
-        flat = torch.cat(local)
+        flag = torch.ones(1, dtype=local[0].dtype if local else torch.float64, device=self.device)
+        flat = torch.cat([*local, flag * float(refused is not None)])
         _collective(lambda: dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.group))
+        if refused is not None:
+            raise refused
+        if float(flat[-1]) != 0.0:
+            raise InvalidParameterError(
+                "noise", "valid draws on rank 0", "refused on rank 0 (see its error)"
+            )
         noisy, offset = [], 0
         for parameter in self.engine.parameters:
             size = parameter.numel()
@@ -269,6 +295,7 @@ class DistributedDPTrainer:
             optimizer,
             rank=self.rank,
             group=self.group,
+            device=self.device,
             engine=self.engine,
             noise_multiplier=sigma,
             expected_batch_size=q * size,
@@ -321,7 +348,15 @@ class DistributedDPTrainer:
         return self.ledger.steps
 
     def step(self) -> StepResult:
-        """One step on every rank (a collective: every rank must call it)."""
+        """One step on every rank (a collective: every rank must call it).
+
+        Raises:
+            InvalidParameterError: on every rank, before anything changes, when a rank cannot
+                take or record the step (parameters added to or frozen in its optimizer since
+                construction, a noise multiplier its ledger cannot record): that rank raises its
+                own error, the others one naming it (:meth:`_agree_to_step`).
+        """
+        self._agree_to_step()
         self.model.train()
         local = self.shard[self.sampler.sample()]
         inputs, targets = take(self.inputs, local), take(self.targets, local)
@@ -338,6 +373,34 @@ class DistributedDPTrainer:
         )
         loss = float(clipped.losses.mean()) if len(local) else math.nan
         return StepResult(self.ledger.steps, len(local), loss, math.nan)
+
+    def _agree_to_step(self) -> None:
+        """One all-gather of each rank's verdict on the coming step, before any rank changes.
+
+        A rank whose optimizer no longer holds exactly the engine's parameters, or whose ledger
+        could not record the step, would otherwise raise alone and leave the others waiting in
+        the step's all-reduce; here every rank learns it first and raises.
+        """
+        problem: DPCoreError | None = None
+        try:
+            self.optimizer.check_parameters()
+            self.ledger.check(
+                sampling_probability=self.sampling_probability,
+                noise_multiplier=self.optimizer.noise_multiplier,
+                jl_dimension=self.jl_dimension,
+            )
+        except DPCoreError as error:
+            problem = error
+        mine = torch.tensor([float(problem is not None)], dtype=torch.float64, device=self.device)
+        every = [torch.zeros_like(mine) for _ in range(self.world_size)]
+        _collective(lambda: dist.all_gather(every, mine, group=self.group))
+        if problem is not None:
+            raise problem
+        refused = [rank for rank, flag in enumerate(every) if float(flag[0]) != 0.0]
+        if refused:
+            raise InvalidParameterError(
+                "step", "possible on every rank", f"refused on rank(s) {refused} (see their errors)"
+            )
 
     def epsilon(self, *, delta: float, accountant: str = "pld") -> float:
         """Epsilon spent so far (every rank holds the same ledger)."""

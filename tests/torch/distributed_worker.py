@@ -21,6 +21,7 @@ from torch import nn
 
 from dpcore.errors import StateError
 from dpcore.torch.distributed import DistributedDPTrainer
+from dpcore.torch.noise import SeededGaussianNoise
 
 SIZE, FEATURES, SIGMA, C, Q, LR, SEED = 40, 3, 1.3, 0.7, 0.25, 0.1, 5
 
@@ -55,6 +56,20 @@ def trainer(net: nn.Module, **changes: Any) -> DistributedDPTrainer:
     )
     arguments.update(changes)
     return DistributedDPTrainer(net, **arguments)
+
+
+class _ScalarNoise(SeededGaussianNoise):
+    """A broken noise source: one scalar draw for a whole tensor (after the first step)."""
+
+    calls = 0
+
+    def standard_normal(
+        self, shape: torch.Size, *, dtype: torch.dtype, device: torch.device
+    ) -> torch.Tensor:
+        self.calls += 1
+        if self.calls <= 4:  # the first step's draws (4 parameter tensors) are fine
+            return super().standard_normal(shape, dtype=dtype, device=device)
+        return torch.tensor(0.0, dtype=dtype, device=device)
 
 
 def scenario(name: str, rank: int, world: int, out: Path) -> dict[str, Any]:
@@ -144,6 +159,26 @@ def scenario(name: str, rank: int, world: int, out: Path) -> dict[str, Any]:
         trainer(nn.parallel.DistributedDataParallel(model()))
     if name == "world_mismatch":
         trainer(model()).load_checkpoint(out / "checkpoint.pt")
+    if name in ("param_added_on_one_rank", "bad_noise_on_rank_0"):
+        # a misuse on one rank only: every rank raises before any of them changes anything
+        net = model()
+        noise = _ScalarNoise() if name == "bad_noise_on_rank_0" and rank == 0 else None
+        run = trainer(net, **({"noise": noise} if noise is not None else {}))
+        run.step()
+        extra = nn.Parameter(torch.zeros(2, dtype=torch.float64))
+        if name == "param_added_on_one_rank" and rank == 1:
+            run.optimizer.optimizer.add_param_group({"params": [extra]})
+        before = [p.detach().clone() for p in net.parameters()]
+        steps = run.ledger.steps
+        try:
+            run.step()
+        except Exception as error:
+            unchanged = (
+                all(torch.equal(a, b) for a, b in zip(before, net.parameters(), strict=True))
+                and run.ledger.steps == steps
+            )
+            return {"error": type(error).__name__, "message": str(error), "unchanged": unchanged}
+        return {}
     if name == "peer_leaves":
         run = trainer(model(), timeout_s=5.0)
         if rank == 1:

@@ -148,6 +148,22 @@ def test_invalid_input_on_one_rank_raises_on_every_rank(tmp_path: Path) -> None:
     assert results[0]["error"] == "InvalidParameterError" and "rank(s) [1]" in results[0]["message"]
 
 
+def test_parameters_added_on_one_rank_raise_on_every_rank_before_anything_changes(
+    tmp_path: Path,
+) -> None:
+    results = _spawn(tmp_path, "param_added_on_one_rank", 2)
+    assert results[1]["error"] == "InvalidParameterError" and "added since" in results[1]["message"]
+    assert results[0]["error"] == "InvalidParameterError" and "rank(s) [1]" in results[0]["message"]
+    assert all(result["unchanged"] for result in results)
+
+
+def test_bad_noise_on_rank_0_raises_on_every_rank_before_anything_changes(tmp_path: Path) -> None:
+    results = _spawn(tmp_path, "bad_noise_on_rank_0", 2)
+    assert results[0]["error"] == "InvalidParameterError" and "shape" in results[0]["message"]
+    assert results[1]["error"] == "InvalidParameterError" and "rank 0" in results[1]["message"]
+    assert all(result["unchanged"] for result in results)
+
+
 def test_a_rank_that_stops_makes_the_others_raise_not_hang(tmp_path: Path) -> None:
     results = _spawn(tmp_path, "peer_leaves", 2)
     assert results[0]["error"] == "DistributedTimeoutError"
