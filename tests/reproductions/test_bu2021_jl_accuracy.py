@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -253,15 +255,29 @@ def test_fanned_out_runs_give_the_in_process_results(tmp_path: Path) -> None:
     assert ours["hardware"].endswith("CPU") and "runs at once" not in ours["hardware"]
 
 
+class _Inline:
+    """An executor that runs each call at once, here (``submit()`` returning a done future)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def submit(self, fn: Any, /, *args: Any) -> Future:
+        self.calls += 1
+        future: Future = Future()
+        future.set_result(fn(*args))
+        return future
+
+
 def test_the_quick_profile_fans_out_through_the_executor_option(tmp_path: Path) -> None:
-    """``compute(executor="processes:2")`` (``--executor processes:2``) on a profile that keeps
-    no checkpoints trains through the run store and saves the in-process rows."""
+    """``compute(executor=...)`` (``--executor``) on a profile that keeps no checkpoints trains
+    every run through the executor into the run store and saves the in-process rows."""
     quick = dataclasses.replace(TINY, seeds=(0,))
     here, spread_out = Output.under(tmp_path / "here"), Output.under(tmp_path / "workers")
     accuracy.compute("quick", data_loader=_tiny_data, config=quick, output=here, executor="local")
     assert not here.runs.exists()  # in process, the quick profile keeps no run store
+    inline = _Inline()
     accuracy.compute(
-        "quick", data_loader=_tiny_data, config=quick, output=spread_out, executor="processes:2"
+        "quick", data_loader=_tiny_data, config=quick, output=spread_out, executor=inline
     )
     stem = accuracy.results_stem("quick")
     ours, theirs = here.load_results(stem), spread_out.load_results(stem)
@@ -273,7 +289,9 @@ def test_the_quick_profile_fans_out_through_the_executor_option(tmp_path: Path) 
     assert {k: v["final_accuracy"] for k, v in ours["summary"].items()} == {
         k: v["final_accuracy"] for k, v in theirs["summary"].items()
     }
-    assert "2 runs at once" in theirs["hardware"] and any(spread_out.store(stem).iterdir())
+    runs = len(accuracy.run_order(quick))
+    assert inline.calls == runs and len(list(spread_out.store(stem).iterdir())) == runs
+    assert "fanned out" in theirs["hardware"]
 
 
 def test_fan_out_refuses_an_executor_that_does_not_fan_out(tmp_path: Path) -> None:
