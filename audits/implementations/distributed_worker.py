@@ -91,6 +91,7 @@ def run(rank: int, world: int, init_file: str, folder: str, bug: str) -> None:
             trainer.optimizer.optimizer,
             rank=rank,
             group=trainer.group,
+            device=trainer.device,
             engine=trainer.engine,
             noise_multiplier=task.noise_multiplier,
             expected_batch_size=trainer.expected_lot_size,
