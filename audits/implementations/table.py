@@ -242,6 +242,10 @@ def _detail(row: dict[str, Any]) -> str:
         parts.append(f"read / exact: {ratios}")
     if audit == "noise_correlation" and row.get("lag1_correlation") is not None:
         parts.append(f"lag-1 correlation {row['lag1_correlation']:.2f}")
+    if row.get("epsilon_lower_fdp") is not None:
+        parts.append(f"f-DP (GDP) one-run ε_lb {row['epsilon_lower_fdp']:.2f}")
+    if row.get("epsilon_lower_threshold") is not None:
+        parts.append(f"threshold route ε_lb {row['epsilon_lower_threshold']:.2f}")
     if row.get("bound_note"):
         parts.append(row["bound_note"])
     return f" ({'; '.join(parts)})" if parts else ""
