@@ -7,18 +7,15 @@ Results files carry their config and provenance (git commit, versions) beside th
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import functools
-import io
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dpcore.atomic import atomic_write_text
 from dpcore.errors import InvalidParameterError
-from dpcore.provenance import git_commit, provenance
+from dpcore.provenance import git_commit
+from dpcore.runs.results import read_results, write_results
 from reproductions.common import code_fingerprint
 
 __all__ = ["ROOT", "Output", "run_commit"]
@@ -95,29 +92,20 @@ class Output:
         rows: Sequence[dict[str, Any]],
         extra: dict[str, Any] | None = None,
     ) -> Path:
-        """Write ``<stem>.json`` (config, provenance, extra, rows) and ``<stem>.csv``."""
-        payload = {
-            "config": dataclasses.asdict(config) if dataclasses.is_dataclass(config) else config,
-            **provenance(root=ROOT, **{"commit": run_commit(), **(extra or {})}),
-            "rows": list(rows),
-        }
-        path = self.path(f"{stem}.json")
-        atomic_write_text(path, json.dumps(payload, indent=1, allow_nan=False) + "\n")
-        if rows:
-            fields: list[str] = []
-            for row in rows:
-                fields += [key for key in row if key not in fields]
-            text = io.StringIO()
-            writer = csv.DictWriter(text, fieldnames=fields, lineterminator="\n")
-            writer.writeheader()
-            writer.writerows(rows)
-            atomic_write_text(self.path(f"{stem}.csv"), text.getvalue())
-        return path
+        """Write ``<stem>.json`` (config, provenance, extra, rows) and ``<stem>.csv``
+        (:func:`dpcore.runs.results.write_results`; the commit is :func:`run_commit`'s)."""
+        return write_results(
+            self.figures,
+            stem,
+            config=config,
+            rows=rows,
+            root=ROOT,
+            extra={"commit": run_commit(), **(extra or {})},
+        )
 
     def load_results(self, stem: str) -> dict[str, Any]:
         """Read what :meth:`save_results` wrote."""
-        loaded: dict[str, Any] = json.loads((self.figures / f"{stem}.json").read_text())
-        return loaded
+        return read_results(self.figures, stem)
 
     def has_results(self, stem: str) -> bool:
         """Whether ``<stem>.json`` exists."""

@@ -162,11 +162,12 @@ def test_every_save_of_a_run_records_the_commit_it_started_from(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The first save rewrites tracked files; later saves must not read the checkout as dirty."""
-    from reproductions.harness import output as output_module
-
+    # the globals Output's methods run with (a doctest run may have imported output.py twice)
+    namespace = Output.save_results.__globals__
     states = iter(["abc123", "abc123-dirty", "abc123-dirty"])
-    monkeypatch.setattr(output_module, "git_commit", lambda root=None: next(states))
-    output_module.run_commit.cache_clear()
+    monkeypatch.setitem(namespace, "git_commit", lambda root=None: next(states))
+    run_commit = namespace["run_commit"]
+    run_commit.cache_clear()
     try:
         output = Output.under(tmp_path)
         for stem in ("a", "b"):
@@ -176,4 +177,4 @@ def test_every_save_of_a_run_records_the_commit_it_started_from(
         output.save_results("c", config={}, rows=[{"p": 1}], extra={"commit": "old456"})
         assert output.load_results("c")["commit"] == "old456"
     finally:
-        output_module.run_commit.cache_clear()
+        run_commit.cache_clear()
