@@ -291,7 +291,8 @@ def _dask(address: str | None, options: dict[str, Any]) -> Iterator[Any]:
     distributed = _engine("dask", "dask", "distributed")
     cluster = None
     if address is None:
-        cluster = distributed.LocalCluster(**options)
+        # a random dashboard port: the default 8787 may be taken (another cluster, a notebook)
+        cluster = distributed.LocalCluster(**{"dashboard_address": ":0", **options})
         client = distributed.Client(cluster)
     elif options:
         raise InvalidParameterError("options", "none when a Dask address is given", options)

@@ -89,7 +89,7 @@ def test_every_executor_writes_the_same_result_files(tmp_path: Path, call_log: P
     }
     with (
         LocalCluster(
-            n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None
+            n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0"
         ) as cluster,
         Client(cluster) as client,
     ):
