@@ -68,7 +68,7 @@ from dpcore.auditing.one_run_fdp import one_run_gdp_lower_bound
 from dpcore.auditing.statistics import _one_run_p_value, one_run_epsilon_lower_bound
 from dpcore.auditing.stepwise import composed_lower_bound, held_out_threshold_bound, two_tailed_grid
 from dpcore.auditing.structural import AuditNotApplicableError
-from dpcore.auditing.verdicts import FLAGGED, AuditReport, summarise
+from dpcore.auditing.verdicts import FLAGGED, WHITEBOX_AUDITS, AuditReport, summarise
 from dpcore.calibration import calibrate_noise
 from dpcore.errors import InvalidParameterError
 from dpcore.events import dpsgd_event
@@ -615,18 +615,6 @@ def _not_applicable(
         {"implementation": name, "audit": audit, "seed": seed, "not_applicable": reason}
         for audit in audits
     ]
-
-
-#: The rows :func:`whitebox_audit` gives.
-WHITEBOX_AUDITS = (
-    "whitebox_per_step",
-    "noise_calibration",
-    "noise_per_tensor",
-    "canary_per_tensor",
-    "noise_correlation",
-    "empty_lots",
-    "sampler_lots",
-)
 
 
 def audit_seed(

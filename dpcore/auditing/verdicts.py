@@ -32,8 +32,8 @@ FLAGGED = {
     "sampler_lots": "sampling does not match the claimed analysis",
 }
 
-#: the order of the audits in summaries
-AUDIT_ORDER = (
+#: The rows :func:`~dpcore.auditing.implementation_audits.whitebox_audit` gives.
+WHITEBOX_AUDITS = (
     "whitebox_per_step",
     "noise_calibration",
     "noise_per_tensor",
@@ -41,9 +41,10 @@ AUDIT_ORDER = (
     "noise_correlation",
     "empty_lots",
     "sampler_lots",
-    "one_run",
-    "sampler",
 )
+
+#: the order of the audits in summaries
+AUDIT_ORDER = (*WHITEBOX_AUDITS, "one_run", "sampler")
 
 
 def holm(p_values: Sequence[float], level: float) -> list[bool]:
