@@ -259,7 +259,7 @@ PLAN = st.lists(
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(PLAN)
-def test_item8_every_misuse_is_refused_unchanged_or_recorded_exactly(
+def test_every_misuse_is_refused_unchanged_or_recorded_exactly(
     plan: list[tuple[str, int, int]],
 ) -> None:
     loop = Loop()
@@ -271,7 +271,7 @@ def test_item8_every_misuse_is_refused_unchanged_or_recorded_exactly(
     assert loop.optimizer.ledger == loop.expected
 
 
-def test_item8_the_suite_sees_steps_and_refusals() -> None:
+def test_the_misuse_suite_sees_steps_and_refusals() -> None:
     """The invariant is exercised on both sides: steps that run and calls that are refused."""
     loop = Loop()
     for name, choice in [("next", 0)] * 12 + [("again", 0), ("add_group", 0), ("next", 0)]:
