@@ -101,3 +101,14 @@ def test_engine_blocks_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
 
     exec(compile(slurm, str(DOC), "exec"), {**namespace, "open_executor": debug_cluster})
     assert all(namespace["store"].has(spec) for spec in namespace["specs"])
+
+
+def test_shell_blocks_show_the_reproductions_and_benchmarks_fanning_out() -> None:
+    lines = {line.strip() for _, _, code in blocks("shell") for line in code.splitlines()}
+    commands = {
+        "nox -s reproduce -- --executor processes:2": "processes",
+        "nox -s bench -- --executor dask": "dask",
+    }
+    for command, kind in commands.items():
+        assert command in lines, command
+        assert parse_executor(command.split()[-1]).kind == kind
