@@ -128,8 +128,13 @@ def main(argv: list[str] | None = None) -> int:
         options: dict[str, object] = {}
         if deadline is not None and "deadline" in accepted:
             options["deadline"] = deadline
-        if args.executor is not None and "executor" in accepted:
-            options["executor"] = args.executor
+        if args.executor is not None:
+            if "executor" in accepted:
+                options["executor"] = args.executor
+            else:
+                print(
+                    f"{name}: --executor not used (it does not fan out yet: runs in this process)"
+                )
         if args.runs_code is not None:
             if "output" not in accepted:
                 parser.error(f"--runs-code: {name} keeps no run store")

@@ -28,7 +28,7 @@ def _record(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, Any]]]
 
 
 def test_the_executor_reaches_the_reproductions_that_take_it(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     calls = _record(monkeypatch)
     assert entry.main(["--executor", "processes:2"]) == 0
@@ -36,6 +36,9 @@ def test_the_executor_reaches_the_reproductions_that_take_it(
         ("fans_out", {"profile": "quick", "executor": "processes:2"}),
         ("stays_here", {"profile": "quick"}),
     ]
+    said = capsys.readouterr().out
+    assert "stays_here: --executor not used" in said  # said, not silently ignored
+    assert "fans_out: --executor not used" not in said
     calls.clear()
     assert entry.main(["--workers", "3", "--only", "fans_out"]) == 0
     assert calls == [("fans_out", {"profile": "quick", "executor": "processes:3"})]
