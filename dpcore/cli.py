@@ -28,7 +28,7 @@ from dpcore.accountants import ACCOUNTANT_NAMES, accountant_class
 from dpcore.accountants.base import EstimateKind
 from dpcore.accountants.pld import PldAccountant
 from dpcore.accountants.shuffled import shuffled_lower_bound
-from dpcore.calibration import calibrate_noise
+from dpcore.calibration import DEFAULT_ACCOUNTANT, calibrate_noise
 from dpcore.errors import DPCoreError, InvalidParameterError
 from dpcore.events import (
     DpEvent,
@@ -144,7 +144,7 @@ def _build_parser() -> argparse.ArgumentParser:
     calibrate = commands.add_parser("calibrate", help="smallest sigma meeting a target epsilon")
     add_common(calibrate)
     calibrate.add_argument("--target-epsilon", type=_real("target_epsilon"), required=True)
-    calibrate.add_argument("--accountant", choices=ACCOUNTANT_NAMES, default="pld")
+    calibrate.add_argument("--accountant", choices=ACCOUNTANT_NAMES, default=DEFAULT_ACCOUNTANT)
     return parser
 
 

@@ -178,6 +178,7 @@ def test_finest_tolerance_terminates_and_meets_the_target() -> None:
         "target_delta": 1e-5,
         "sampling_probability": 0.01,
         "steps": 100,
+        "accountant": "rdp",
     }
     sigma = _finishes({**arguments, "tolerance": 1e-12})
     assert isinstance(sigma, float)
@@ -210,3 +211,15 @@ def test_every_argument_is_validated_by_name(kwargs: dict[str, object], paramete
     }
     with pytest.raises(InvalidParameterError, match=f"Expected {parameter}"):
         calibrate_noise(**arguments)  # type: ignore[arg-type]
+
+
+def test_default_accountant_is_the_certified_pld_bound() -> None:
+    arguments = {
+        "target_epsilon": 2.0,
+        "target_delta": 1e-5,
+        "sampling_probability": 0.01,
+        "steps": 1000,
+    }
+    sigma = calibrate_noise(**arguments)  # type: ignore[arg-type]
+    assert sigma == calibrate_noise(**arguments, accountant="pld")  # type: ignore[arg-type]
+    assert sigma < calibrate_noise(**arguments, accountant="rdp")  # type: ignore[arg-type]

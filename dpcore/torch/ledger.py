@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from dpcore.calibration import DEFAULT_ACCOUNTANT
 from dpcore.ledger import SAMPLERS, PrivacyLedger, write_statement
 
 if TYPE_CHECKING:
@@ -30,11 +31,13 @@ def training_statement(
 
     The fixed arguments are positional, so that ``extra`` may hold any key (e.g. ``optimizer``).
     An engine carrying audit hooks (which may change the clipped sums) says so in the statement.
+    ``default_accountant`` names the accountant whose epsilon the library prints for the run
+    (``epsilon()``, the progress bar): the PLD accountant's certified upper bound.
     """
     hooks = len(getattr(optimizer.engine, "audit_hooks", ()))
     if hooks:
         extra = {**extra, "audit_hooks_installed": hooks}
-    return ledger.statement(
+    statement = ledger.statement(
         delta=delta,
         accountants=accountants,
         engine=optimizer.engine.name,
@@ -46,3 +49,5 @@ def training_statement(
         jl_dimension=jl_dimension,
         **extra,
     )
+    statement["default_accountant"] = DEFAULT_ACCOUNTANT
+    return statement

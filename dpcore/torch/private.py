@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from dpcore.calibration import calibrate_noise
+from dpcore.calibration import DEFAULT_ACCOUNTANT, calibrate_noise
 from dpcore.errors import DPCoreError, InvalidParameterError, StateError
 from dpcore.torch.arguments import check_entry_arguments, derived_seed
 from dpcore.torch.batches import batch_size
@@ -277,8 +277,8 @@ class PrivateOptimizer:
             self._lot_scope.close()
             self._lot_scope = None
 
-    def epsilon(self, *, delta: float, accountant: str = "pld") -> float:
-        """Epsilon spent so far, from the named accountant."""
+    def epsilon(self, *, delta: float, accountant: str = DEFAULT_ACCOUNTANT) -> float:
+        """Epsilon spent so far, from the named accountant (default: PLD's certified bound)."""
         return self.ledger.epsilon(delta=delta, accountant=accountant)
 
     def privacy_statement(
@@ -488,7 +488,7 @@ def make_private(
             target_delta=check_delta("target_delta", target_delta),
             sampling_probability=loader.sampler.sampling_probability,
             steps=steps,
-            accountant="pld",
+            accountant=DEFAULT_ACCOUNTANT,
         )
     assert noise_multiplier is not None
     directions = None if seed is None else SeededGaussianNoise(derived_seed(seed))

@@ -19,6 +19,7 @@ from torch import nn
 
 from dpcore.accountants import accountant_class
 from dpcore.atomic import atomic_path
+from dpcore.calibration import DEFAULT_ACCOUNTANT
 from dpcore.errors import DPCoreError, InvalidParameterError, StateError, UnsupportedEventError
 from dpcore.torch.arguments import (
     check_betas,
@@ -308,8 +309,8 @@ class DPTrainer:
             lot=lot,
         )
 
-    def epsilon(self, *, delta: float, accountant: str = "rdp") -> float:
-        """Epsilon spent so far, from the named accountant."""
+    def epsilon(self, *, delta: float, accountant: str = DEFAULT_ACCOUNTANT) -> float:
+        """Epsilon spent so far, from the named accountant (default: PLD's certified bound)."""
         return self.ledger.epsilon(delta=delta, accountant=accountant)
 
     def train(
@@ -318,13 +319,15 @@ class DPTrainer:
         steps: int,
         delta: float,
         progress: bool = True,
-        accountant: str = "rdp",
+        accountant: str = DEFAULT_ACCOUNTANT,
         on_step: Callable[[StepResult], None] | None = None,
     ) -> list[StepResult]:
         """Take ``steps`` more steps, showing loss, accuracy and epsilon spent in a progress bar.
 
-        The bar's epsilon comes from ``accountant`` (RDP by default: fast); it shows ``n/a``
-        when that accountant cannot analyse the steps (JL steps need the JL accountant).
+        The bar's epsilon comes from ``accountant`` (by default the PLD accountant's certified
+        upper bound, the number :meth:`epsilon` returns) and is labelled with its name,
+        ``eps(pld)=...``; it shows ``n/a`` when that accountant cannot analyse the steps (JL
+        steps need the JL accountant).
         """
         count = check_count("steps", steps)
         target = check_delta("delta", delta)
@@ -357,9 +360,11 @@ class DPTrainer:
                 bar.update(1)
                 if taken % 10 == 0 or taken == steps:
                     bar.set_postfix(
-                        loss=f"{running_loss:.3f}",
-                        acc=f"{result.accuracy:.3f}",
-                        eps=self._epsilon_text(delta, accountant),
+                        {
+                            "loss": f"{running_loss:.3f}",
+                            "acc": f"{result.accuracy:.3f}",
+                            f"eps({accountant})": self._epsilon_text(delta, accountant),
+                        }
                     )
             yield result
         if bar is not None:

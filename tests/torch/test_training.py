@@ -262,7 +262,7 @@ def test_train_validates_its_arguments_before_stepping() -> None:
 def test_progress_bar_reads_the_requested_accountant(capsys: pytest.CaptureFixture[str]) -> None:
     trainer = _trainer()
     trainer.train(steps=10, delta=1e-3, progress=True, accountant="pld")
-    expected = f"eps={trainer.epsilon(delta=1e-3, accountant='pld'):.3g}"
+    expected = f"eps(pld)={trainer.epsilon(delta=1e-3, accountant='pld'):.3g}"
     assert expected in capsys.readouterr().err
 
 
@@ -291,7 +291,8 @@ def test_item1_balls_in_bins_on_a_sampler_that_drew_a_lot_counts_both_started_ep
     trainer.train(steps=2, delta=1e-5, progress=False)  # lots 1 and 2: epochs 0 and 1
     two_epochs = _two_full_epochs_epsilon()
     assert trainer.ledger.epochs == 2
-    assert trainer.epsilon(delta=1e-5) == pytest.approx(two_epochs, rel=1e-12)
+    # balls-in-bins has the RDP rule only (the default PLD accountant refuses it)
+    assert trainer.epsilon(delta=1e-5, accountant="rdp") == pytest.approx(two_epochs, rel=1e-12)
     assert two_epochs > 15  # was reported as one epoch: 10.1
     first = _bins_trainer(drawn=1)  # a resumed run counts the same
     first.step()
@@ -300,7 +301,9 @@ def test_item1_balls_in_bins_on_a_sampler_that_drew_a_lot_counts_both_started_ep
     resumed.load_checkpoint(tmp_path / "run.pt")
     resumed.step()
     assert resumed.ledger == trainer.ledger
-    assert resumed.epsilon(delta=1e-5) == trainer.epsilon(delta=1e-5)
+    assert resumed.epsilon(delta=1e-5, accountant="rdp") == trainer.epsilon(
+        delta=1e-5, accountant="rdp"
+    )
 
 
 def _snapshot(trainer: DPTrainer) -> tuple[object, ...]:
@@ -370,3 +373,16 @@ def test_item5_a_lot_whose_clipping_fails_is_drawn_again_so_ledger_and_sampler_a
     trainer.inputs = clean
     trainer.step()
     assert trainer.ledger.steps == 1 and trainer.ledger.next_lot == trainer.sampler.lots_drawn
+
+
+def test_one_default_accountant_names_pld_everywhere(capsys: pytest.CaptureFixture[str]) -> None:
+    """The bar, epsilon() and the statement all report the PLD certified bound, named."""
+    trainer = _trainer()
+    trainer.train(steps=10, delta=1e-3, progress=True)
+    spent = trainer.epsilon(delta=1e-3)
+    assert spent == trainer.ledger.epsilon(delta=1e-3, accountant="pld")
+    assert spent < trainer.epsilon(delta=1e-3, accountant="rdp")
+    assert f"eps(pld)={spent:.3g}" in capsys.readouterr().err
+    statement = trainer.privacy_statement(delta=1e-3)
+    assert statement["default_accountant"] == "pld"
+    assert statement["epsilon"]["pld"]["epsilon"] == spent
