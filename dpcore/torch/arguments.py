@@ -49,6 +49,13 @@ def check_torch_optimizer(value: object) -> torch.optim.Optimizer:
     """``optimizer`` must be a ``torch.optim.Optimizer`` (the DP optimizer wraps it)."""
     if not isinstance(value, torch.optim.Optimizer):
         raise InvalidParameterError("optimizer", "to be a torch.optim.Optimizer", value)
+    if getattr(value, "is_private", False) is True:
+        raise InvalidParameterError(
+            "optimizer",
+            "a plain torch optimizer (this one is already private: make_private wraps an "
+            "optimizer once; its wrapped optimizer is .optimizer)",
+            type(value).__name__,
+        )
     return value
 
 

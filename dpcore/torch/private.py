@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -58,11 +59,20 @@ from dpcore.validation import check_count, check_delta, check_positive
 __all__ = ["PrivateOptimizer", "make_private"]
 
 
-class PrivateOptimizer:
+class PrivateOptimizer(torch.optim.Optimizer):
     """A torch optimizer made differentially private, stepped once per logical lot.
 
     Built by :func:`make_private`; :meth:`step` takes the loader's :class:`MicroBatch` objects.
+    It is a ``torch.optim.Optimizer`` whose ``param_groups``, ``state`` and ``defaults`` are the
+    wrapped optimizer's own (read and written through), so torch's learning-rate schedulers and
+    other code written for an optimizer work with it: ``StepLR(optimizer, ...)``, then
+    ``scheduler.step()`` after a step that returned a result (one per lot, as in plain torch
+    one per batch). Two things differ from a plain optimizer: :meth:`step` takes a micro-batch
+    (not a closure), and :meth:`state_dict` is the checkpoint of the whole private state.
     """
+
+    #: Marks an optimizer that is already private (``make_private`` refuses to wrap it again).
+    is_private = True
 
     def __init__(
         self,
@@ -73,6 +83,14 @@ class PrivateOptimizer:
         split: Split,
         jl_dimension: int | None,
     ) -> None:
+        # torch.optim.Optimizer.__init__ would build new parameter groups; only its hook tables
+        # are set up here (the groups, state and defaults are the wrapped optimizer's).
+        self._optimizer_step_pre_hooks = OrderedDict()
+        self._optimizer_step_post_hooks = OrderedDict()
+        self._optimizer_state_dict_pre_hooks = OrderedDict()
+        self._optimizer_state_dict_post_hooks = OrderedDict()
+        self._optimizer_load_state_dict_pre_hooks = OrderedDict()
+        self._optimizer_load_state_dict_post_hooks = OrderedDict()
         self.dp = dp
         self.engine = dp.engine
         self.loader = loader
@@ -107,11 +125,42 @@ class PrivateOptimizer:
         """The wrapped torch optimizer (its ``param_groups`` are yours to schedule)."""
         return self.dp.optimizer
 
-    def zero_grad(self) -> None:
-        """Clear the wrapped optimizer's gradients (``step`` sets them; nothing accumulates)."""
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        """The wrapped optimizer's parameter groups (a scheduler's ``lr`` changes reach it)."""
+        return self.dp.optimizer.param_groups
+
+    @param_groups.setter
+    def param_groups(self, groups: list[dict[str, Any]]) -> None:
+        self.dp.optimizer.param_groups = groups
+
+    @property
+    def state(self) -> Any:
+        """The wrapped optimizer's per-parameter state (momentum buffers, Adam moments)."""
+        return self.dp.optimizer.state
+
+    @state.setter
+    def state(self, state: Any) -> None:
+        self.dp.optimizer.state = state
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        """The wrapped optimizer's defaults (``lr``, ``momentum`` or ``betas``, ...)."""
+        return self.dp.optimizer.defaults
+
+    @defaults.setter
+    def defaults(self, defaults: dict[str, Any]) -> None:
+        self.dp.optimizer.defaults = defaults
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear the wrapped optimizer's gradients (``step`` sets them; nothing accumulates).
+
+        ``set_to_none`` is accepted for torch's signature; the gradients are always set to None.
+        """
+        del set_to_none
         self.dp.zero_grad()
 
-    def step(self, micro: MicroBatch) -> StepResult | None:
+    def step(self, micro: MicroBatch) -> StepResult | None:  # type: ignore[override]
         """Clip ``micro``'s examples into its lot's sum; at the lot's end, noise and step.
 
         Lots must come one after the other from the loader's position when ``make_private`` was

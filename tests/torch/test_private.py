@@ -474,3 +474,88 @@ def test_item7_a_lot_whose_record_fails_to_load_is_retried_and_counted_once(
     assert flaky.ledger.steps == 8 and flaky.ledger == optimizer.ledger
     for found, wanted in zip(flaky_model.parameters(), model.parameters(), strict=True):
         assert torch.equal(found, wanted)
+
+
+def _micro_batches(loader: LotLoader):  # type: ignore[no-untyped-def]
+    """The loader's micro-batches, epoch after epoch."""
+    while True:
+        yield from loader
+
+
+def _lr_trajectory(optimizer: torch.optim.Optimizer, make, lots: int, step) -> list[float]:  # type: ignore[no-untyped-def]
+    scheduler = make(optimizer)
+    rates = [optimizer.param_groups[0]["lr"]]
+    for _ in range(lots):
+        step()
+        scheduler.step()
+        rates.append(optimizer.param_groups[0]["lr"])
+    return rates
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda o: torch.optim.lr_scheduler.StepLR(o, step_size=2, gamma=0.5),
+        lambda o: torch.optim.lr_scheduler.OneCycleLR(o, max_lr=0.3, total_steps=6),
+    ],
+    ids=["StepLR", "OneCycleLR"],
+)
+def test_torch_schedulers_drive_the_private_optimizer_as_a_plain_one(make) -> None:  # type: ignore[no-untyped-def]
+    _, optimizer, loader = _private(None)
+    assert isinstance(optimizer, torch.optim.Optimizer)
+    lots = _micro_batches(loader)
+
+    def private_step() -> None:
+        while optimizer.step(next(lots)) is None:
+            pass
+
+    found = _lr_trajectory(optimizer, make, 6, private_step)
+    plain_model = ZOO["positional_gpt"]()
+    plain = torch.optim.SGD(plain_model.parameters(), lr=0.1)
+    wanted = _lr_trajectory(plain, make, 6, lambda: plain.step())
+    assert found == wanted
+    assert len(set(found)) > 2  # the rate did change
+    # the changes reach the wrapped optimizer, which steps with them
+    assert optimizer.optimizer.param_groups[0]["lr"] == found[-1]
+    assert optimizer.param_groups is optimizer.optimizer.param_groups
+    assert optimizer.defaults is optimizer.optimizer.defaults
+    assert optimizer.ledger.steps == 6
+
+
+def test_a_zero_learning_rate_from_a_scheduler_stops_the_updates() -> None:
+    model, optimizer, loader = _private(None)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.0)
+    lots = _micro_batches(loader)
+    before = [p.detach().clone() for p in model.parameters()]
+    while optimizer.step(next(lots)) is None:
+        pass
+    scheduler.step()
+    moved = [p.detach().clone() for p in model.parameters()]
+    assert any(not torch.equal(a, b) for a, b in zip(before, moved, strict=True))
+    while optimizer.step(next(lots)) is None:
+        pass
+    for a, b in zip(moved, model.parameters(), strict=True):
+        assert torch.equal(a, b)  # lr 0: the noisy gradient moved nothing
+
+
+def test_optimizer_protocol_state_dict_zero_grad_and_no_double_wrap() -> None:
+    model, optimizer, loader = _private(None)
+    _run(optimizer, loader, 2)
+    optimizer.zero_grad(set_to_none=True)
+    assert all(p.grad is None for p in model.parameters())
+    state = optimizer.state_dict()
+    assert set(state) >= {"optimizer", "loader", "ledger"}  # the checkpoint, not torch's
+    _, again, loader2 = _private(None)
+    again.load_state_dict(state)
+    assert again.param_groups is again.optimizer.param_groups  # still shared after a load
+    assert again.state is again.optimizer.state
+    assert again.ledger == optimizer.ledger
+    with pytest.raises(InvalidParameterError, match="already private"):
+        make_private(
+            model,
+            optimizer,
+            loader2,
+            loss_fn=CROSS_ENTROPY,
+            max_grad_norm=1.0,
+            noise_multiplier=1.0,
+        )
