@@ -359,7 +359,7 @@ def released_projection(
     if state.rows or state.checkpoint is not None:
         if state.checkpoint_path is not None:
             state.checkpoint_path.unlink(missing_ok=True)
-        state = RunState(spec=state.spec, code=state.code, folder=state.folder)
+        state = state.fresh()
     drawn = make_projection(config, x_train, spec.pca_noise, np.random.default_rng(spec.seed))
     assert drawn is not None
     if path is not None:

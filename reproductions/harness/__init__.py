@@ -2,8 +2,9 @@
 
 Every reproduction describes a run by a frozen spec, executes it with :func:`run_training` over a
 :class:`Trainable` (a DP trainer or :class:`NonPrivateTrainer`) into a :class:`RunState` under
-its :class:`Output`, and saves results with :meth:`Output.save_results`. Privacy numbers come
-from :func:`dpcore.accountants.report.epsilon_report`.
+its :class:`Output` (a resumable run in a :class:`dpcore.runs.RunStore`), and saves results with
+:meth:`Output.save_results`. Privacy numbers come from
+:func:`dpcore.accountants.report.epsilon_report`.
 
 The training names (which need torch) load on first use, so :class:`Output`, :class:`RunState`
 also work where torch is not installed (the TF Privacy environment). Runs fan out through
@@ -16,7 +17,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from reproductions.harness.output import ROOT, Output
-from reproductions.harness.store import RunState, spec_json, spec_key
+from reproductions.harness.store import RunState, TrainingSpec
 
 if TYPE_CHECKING:
     from reproductions.harness.training import (
@@ -45,13 +46,12 @@ __all__ = [
     "Output",
     "RunState",
     "Trainable",
+    "TrainingSpec",
     "cpu_settings",
     "evaluate",
     "expected_rating",
     "hardware_label",
     "run_training",
-    "spec_json",
-    "spec_key",
 ]
 
 

@@ -10,14 +10,15 @@ import torch
 from torch import nn
 
 from dpcore.errors import InvalidParameterError
+from dpcore.runs import RunStore
 from reproductions.harness import (
     NonPrivateTrainer,
     Output,
     RunState,
     Trainable,
+    TrainingSpec,
     evaluate,
     run_training,
-    spec_key,
 )
 
 
@@ -74,7 +75,7 @@ def test_a_killed_run_resumes_to_the_uninterrupted_result(tmp_path: Path) -> Non
     with pytest.raises(_KilledError):
         _run(killed, RunState.open(tmp_path, spec, "code"))
     (folder,) = tmp_path.iterdir()
-    assert folder.name == f"{spec_key(spec)}-code"
+    assert folder == RunStore(tmp_path, "code").folder(TrainingSpec.of(spec))  # the store's folder
     assert sorted(p.name for p in folder.iterdir()) == ["checkpoint-5.pt", "state.json"]
 
     resumed = _trainer()
@@ -102,6 +103,9 @@ def test_unreadable_or_orphaned_state_starts_over(tmp_path: Path) -> None:
     state.rows = [{"step": 1}]
     state.commit(lambda path: torch.save({}, path), tag=1)
     assert RunState.open(tmp_path, spec, "c").rows == [{"step": 1}]
+    saved = RunStore(tmp_path, "c").read_checkpoint(TrainingSpec.of(spec), "state.json")
+    assert saved is not None and json.loads(saved)["checkpoint"] == "checkpoint-1.pt"
+    assert state.fresh().rows == [] and state.fresh().folder == state.folder
     assert state.folder is not None
     (state.folder / "checkpoint-1.pt").unlink()  # rows without their weights
     assert RunState.open(tmp_path, spec, "c").rows == []
