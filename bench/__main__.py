@@ -7,8 +7,9 @@ and :mod:`bench.tf_training`; ``accounting``: one repeat instead of three; ``tra
 lots up to 2**12 only, a smoke test); ``--device`` applies to ``training`` only (``accounting``
 has no GPU part; ``training_memory`` measures host RSS on CPU; ``tf_training`` runs on CPU).
 ``--executor`` (:func:`dpcore.runs.run_many`: ``local``, ``processes:N``, ``dask[:ADDRESS]``,
-``ray[:ADDRESS]``, ``slurm``) spreads the cells of the benchmarks that take it (``training``);
-the others measure one cell at a time here, as by default.
+``ray[:ADDRESS]``, ``slurm``) spreads the cells of the benchmarks that take it (``training``;
+``training_memory``: one method's sweep per run); the others measure one cell at a time here,
+as by default, and say so.
 """
 
 from __future__ import annotations
@@ -46,12 +47,14 @@ def _training(
     return training.run(results_dir, quick=quick, device=device, executor=executor)
 
 
-def _training_memory(results_dir: Path, *, quick: bool, device: str) -> list[dict[str, Any]]:
+def _training_memory(
+    results_dir: Path, *, quick: bool, device: str, executor: str | None = None
+) -> list[dict[str, Any]]:
     from bench import training_memory  # imports torch in its workers: only when asked for
 
     if device != "cpu":
         raise SystemExit("python -m bench training_memory: CPU only (it measures host RSS)")
-    return training_memory.run(results_dir, quick=quick)
+    return training_memory.run(results_dir, quick=quick, executor=executor)
 
 
 def _distributed(results_dir: Path, *, quick: bool, device: str) -> list[dict[str, Any]]:

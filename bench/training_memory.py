@@ -29,10 +29,17 @@ why each sweep ended). Workers use 1 torch thread, like :mod:`bench.training`.
 Output: ``training_memory.json`` (one row per lot tried) and ``training_memory.meta.json``
 (provenance, the cap, and one summary per method with ``largest_lot_under_cap`` and its ratio to
 non-private's). ``quick`` stops every sweep at ``2**12`` (a smoke test, not the answer).
+
+With an ``executor`` (``python -m bench training_memory --executor processes:2``), the methods'
+sweeps run at once through :func:`dpcore.runs.run_many` (:class:`MethodSweep`,
+:func:`sweep_method`), each still one lot after another in fresh workers with their own cap
+(host RSS is per process); the rows and summaries are those of the in-process run, in the same
+order. The logical-lot sweep stays in this process.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import sys
@@ -41,8 +48,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import cells, logical_lots, training
+from dpcore.runs import ExecutorChoice, SupportsSubmit, parse_executor, run_many, workers
 from dpcore.runs import cells as runs_cells
-from dpcore.runs import workers
 from dpcore.runs.cells import Cell
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -151,19 +158,71 @@ def sweep(
     return rows, summary
 
 
+@dataclasses.dataclass(frozen=True)
+class MethodSweep:
+    """One method's sweep, as a picklable spec for :func:`dpcore.runs.run_many`."""
+
+    cell: Cell
+    max_log2: int
+    cap_mb: float
+    threads: int
+
+
+class _Silent:
+    """The progress bar of a sweep run by a worker: it reports nothing."""
+
+    def set_postfix_str(self, text: str) -> None:
+        """Ignore the lot being measured."""
+
+    def update(self, count: int = 1) -> None:
+        """Ignore the lots done."""
+
+    def write(self, text: str) -> None:
+        """Ignore the outcome of a lot."""
+
+
+def sweep_method(spec: MethodSweep) -> dict[str, Any]:
+    """:func:`sweep` of ``spec`` (where a worker runs it): ``{"rows": [...], "summary": {...}}``."""
+    rows, summary = sweep(
+        spec.cell,
+        max_log2=spec.max_log2,
+        cap_mb=spec.cap_mb,
+        threads=spec.threads,
+        progress=_Silent(),
+    )
+    return {"rows": rows, "summary": summary}
+
+
 def run(
     results_dir: Path,
     *,
     quick: bool = False,
     cap_mb: float = CAP_MB,
     threads: int = 1,
+    executor: str | ExecutorChoice | SupportsSubmit | None = None,
 ) -> list[dict[str, Any]]:
-    """Sweep every method, write ``training_memory.json`` (+ ``.meta.json``), return the rows."""
+    """Sweep every method, write ``training_memory.json`` (+ ``.meta.json``), return the rows.
+
+    Args:
+        results_dir: where the JSON files go.
+        quick: stop every sweep at ``2**12``.
+        cap_mb: the memory cap (host RSS, MiB).
+        threads: torch intra-op threads in every worker.
+        executor: None or ``"local"``: one method after another from here. Else a
+            :func:`dpcore.runs.run_many` executor that runs the methods' sweeps at once.
+
+    Raises:
+        InvalidParameterError: ``executor`` is not a valid choice.
+    """
     import torch
     from tqdm import tqdm
 
     from dpcore.provenance import provenance
 
+    if isinstance(executor, str):
+        executor = parse_executor(executor)
+    if isinstance(executor, ExecutorChoice) and executor.kind == "local":
+        executor = None
     max_log2 = QUICK_MAX_LOG2 if quick else MAX_LOG2
     started = time.perf_counter()
     rows: list[dict[str, Any]] = []
@@ -172,7 +231,13 @@ def run(
     logical_count = 1 if quick else logical_lots.MAX_LOG2 - logical_lots.MIN_LOG2 + 1
     total = len(METHODS) * per_method + logical_count
     with tqdm(total=total, desc="training memory", unit="lot") as progress:
-        for cell in METHODS:
+        if executor is not None:
+            specs = [MethodSweep(cell, max_log2, cap_mb, threads) for cell in METHODS]
+            for swept in run_many(sweep_method, specs, executor=executor):
+                rows.extend(swept["rows"])
+                summaries.append(swept["summary"])
+            progress.update(len(METHODS) * per_method)
+        for cell in [] if executor is not None else METHODS:
             method_rows, summary = sweep(
                 cell, max_log2=max_log2, cap_mb=cap_mb, threads=threads, progress=progress
             )
