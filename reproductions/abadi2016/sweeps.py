@@ -14,6 +14,11 @@ deliberately tiny version (2 epochs per point, 2-3 values per axis) that shows t
 the paper's accuracies. Everything reuses :mod:`reproductions.abadi2016.mnist_core` (model, data,
 DP-PCA, schedule, the harness-driven run); a ``deadline`` stops the runs early, saved with a
 ``status`` per run in the results' ``summary``.
+
+With an ``executor`` (``python -m reproductions --only abadi2016_sweeps --executor processes:2``)
+the distinct models are trained at once through :func:`dpcore.runs.run_many`
+(:class:`PointJob`, :func:`train_point`) into the run store, then read back here: the same rows
+as the in-process run.
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ import torch
 
 from dpcore.atomic import atomic_write_text
 from dpcore.errors import InvalidParameterError
+from dpcore.runs import ExecutorChoice, SupportsSubmit, parse_executor, run_many
 from dpcore.runs.markers import write_between_markers
+from reproductions.abadi2016 import mnist_core
 from reproductions.abadi2016.mnist_core import (
     CODE_MODULES,
     Data,
@@ -185,6 +192,69 @@ def run_steps(config: SweepConfig, point: MnistConfig, dataset_size: int) -> int
     )
 
 
+def point_spec(config: SweepConfig, point: MnistConfig, dataset_size: int) -> RunSpec:
+    """The training run of one point (named by :func:`run_name`).
+
+    Raises:
+        InvalidParameterError: the budget does not allow one step.
+    """
+    spec = RunSpec(
+        name=run_name(point),
+        noise_multiplier=config.noise_multiplier,
+        pca_noise=config.pca_noise,
+        steps=run_steps(config, point, dataset_size),
+        seed=config.seed,
+    )
+    if spec.steps < 1:
+        raise InvalidParameterError("target_epsilon", "to allow one step", spec.steps)
+    return spec
+
+
+@dataclasses.dataclass(frozen=True)
+class PointJob:
+    """One distinct model of a sweep, as a picklable spec for :func:`dpcore.runs.run_many`."""
+
+    config: SweepConfig
+    axis: str
+    value: int
+    store: str
+    fingerprint: str
+    deadline: float | None
+
+
+def train_point(job: PointJob) -> dict[str, Any]:
+    """Train ``job``'s model into its run store (where a worker runs it): its name and status."""
+    data = mnist_core.load_data()
+    point = point_config(job.config, job.axis, job.value)
+    spec = point_spec(job.config, point, len(data[0]))
+    state, _ = train_private(
+        point,
+        spec,
+        data,
+        store=Path(job.store),
+        fingerprint=job.fingerprint,
+        deadline=job.deadline,
+    )
+    return {"run": spec.name, "done": state.done}
+
+
+def fan_out(
+    config: SweepConfig,
+    executor: ExecutorChoice | SupportsSubmit,
+    *,
+    store: Path,
+    fingerprint: str,
+    deadline: float | None = None,
+) -> list[dict[str, Any]]:
+    """Train every distinct model of ``config`` through ``executor`` into ``store``."""
+    jobs: dict[str, PointJob] = {}
+    for axis, value in points(config):
+        name = run_name(point_config(config, axis, value))
+        jobs.setdefault(name, PointJob(config, axis, value, str(store), fingerprint, deadline))
+    results: list[dict[str, Any]] = run_many(train_point, list(jobs.values()), executor=executor)
+    return results
+
+
 def run(
     config: SweepConfig,
     *,
@@ -210,15 +280,7 @@ def run(
         point = point_config(config, axis, value)
         name = run_name(point)
         if name not in done:
-            spec = RunSpec(
-                name=name,
-                noise_multiplier=config.noise_multiplier,
-                pca_noise=config.pca_noise,
-                steps=run_steps(config, point, n),
-                seed=config.seed,
-            )
-            if spec.steps < 1:
-                raise InvalidParameterError("target_epsilon", "to allow one step", spec.steps)
+            spec = point_spec(config, point, n)
             done[name] = train_private(
                 point, spec, data, store=store, fingerprint=fingerprint, deadline=deadline
             )
@@ -258,18 +320,33 @@ def compute(
     config: SweepConfig | None = None,
     output: Output | None = None,
     deadline: float | None = None,
+    executor: str | ExecutorChoice | SupportsSubmit | None = None,
 ) -> None:
     """Run the profile's sweep; save rows (``<figures>/abadi2016_sweeps.*``) and the statements.
 
     ``config`` replaces the profile's; ``output`` the folders (the full profile's runs go to its
-    run store); ``deadline`` (a ``time.time()`` value) stops the runs early.
+    run store); ``deadline`` (a ``time.time()`` value) stops the runs early. ``executor`` (None
+    or ``"local"``: here, one model after another) trains the models at once through
+    :func:`dpcore.runs.run_many` into the run store (used then whatever the profile), and the
+    results are read back from it: the same rows.
+
+    Raises:
+        InvalidParameterError: ``executor`` is not a valid choice (before anything runs).
     """
     config = profile_config(PROFILES, profile, config)
+    if isinstance(executor, str):
+        executor = parse_executor(executor)
+    if isinstance(executor, ExecutorChoice) and executor.kind == "local":
+        executor = None
     output = output or Output()
     start = time.perf_counter()
     stem = results_stem(config.profile)
-    store = output.store(stem) if config.checkpoint else None
-    result = run(config, store=store, deadline=deadline, fingerprint=output.code(*CODE_MODULES))
+    store = output.store(stem) if config.checkpoint or executor is not None else None
+    fingerprint = output.code(*CODE_MODULES)
+    if executor is not None:
+        assert store is not None
+        fan_out(config, executor, store=store, fingerprint=fingerprint, deadline=deadline)
+    result = run(config, store=store, deadline=deadline, fingerprint=fingerprint)
     statements = output.path(f"{stem}_privacy.json")
     text = json.dumps(result["statements"], indent=1, sort_keys=True, default=str) + "\n"
     atomic_write_text(statements, text)

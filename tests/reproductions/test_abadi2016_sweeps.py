@@ -6,6 +6,7 @@ import dataclasses
 import json
 import shutil
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -176,3 +177,45 @@ def test_plot_reads_the_committed_results(tmp_path: Path) -> None:
     sweeps.plot(output=output, readme=readme)
     assert output.path("abadi2016_sweeps.png").stat().st_size > 10_000
     assert "| lot size | 1200 | 2 |" in readme.read_text()
+
+
+class _Inline:
+    """An executor that runs each call at once, here (``submit()`` returning a done future)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any) -> Future:
+        self.calls += 1
+        future: Future = Future()
+        future.set_result(fn(*args))
+        return future
+
+
+def test_fanned_out_models_give_the_in_process_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = dataclasses.replace(TINY, lot_sizes=(10, 20), pca_dims=(0, 4), random_projection=False)
+    here, spread_out = Output.under(tmp_path / "here"), Output.under(tmp_path / "spread")
+    sweeps.compute(config=config, output=here)
+    inline = _Inline()
+    sweeps.compute(config=config, output=spread_out, executor=inline)
+    assert inline.calls == 4  # distinct models: no PCA, the reference, hidden 4, lot 10
+    assert len(list(spread_out.store("abadi2016_sweeps").iterdir())) == 4
+
+    def key(row: dict[str, Any]) -> tuple:
+        return tuple(v for k, v in sorted(row.items()) if "wall" not in k and "second" not in k)
+
+    ours = here.load_results("abadi2016_sweeps")["rows"]
+    theirs = spread_out.load_results("abadi2016_sweeps")["rows"]
+    assert [key(row) for row in ours] == [key(row) for row in theirs]
+    # read back, never trained again
+    calls = _evaluations(monkeypatch)
+    sweeps.compute(config=config, output=spread_out, executor=_Inline())
+    assert calls == []
+
+
+def test_a_bad_executor_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    with pytest.raises(InvalidParameterError, match="executor"):
+        sweeps.compute(config=TINY, output=Output.under(tmp_path), executor="threads:2")
+    assert not tmp_path.joinpath("runs").exists() and not tmp_path.joinpath("figures").exists()
