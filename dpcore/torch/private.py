@@ -44,6 +44,7 @@ from dpcore.calibration import DEFAULT_ACCOUNTANT, calibrate_noise
 from dpcore.errors import DPCoreError, InvalidParameterError, StateError
 from dpcore.torch.arguments import check_entry_arguments, derived_seed
 from dpcore.torch.batches import batch_size
+from dpcore.torch.budget import BUDGET_POLICIES, PrivacyBudget
 from dpcore.torch.checkpoint import check_ledger, require, seal, snapshot, verify
 from dpcore.torch.engines import make_engine
 from dpcore.torch.ledger import PrivacyLedger, training_statement, write_statement
@@ -82,6 +83,7 @@ class PrivateOptimizer(torch.optim.Optimizer):
         loss_fn: LossFunction,
         split: Split,
         jl_dimension: int | None,
+        budget: PrivacyBudget | None = None,
     ) -> None:
         # torch.optim.Optimizer.__init__ would build new parameter groups; only its hook tables
         # are set up here (the groups, state and defaults are the wrapped optimizer's).
@@ -97,6 +99,8 @@ class PrivateOptimizer(torch.optim.Optimizer):
         self.loss_fn = loss_fn
         self.split = split
         self.jl_dimension = jl_dimension
+        #: The planned (epsilon, delta) checked before every lot (``None``: no plan).
+        self.budget = budget
         sampler = loader.sampler
         # What the micro-batches must keep coming from (see _check_source).
         self._token = loader.token
@@ -180,10 +184,20 @@ class PrivateOptimizer(torch.optim.Optimizer):
                 changed, a lot or micro-batch comes again, out of order or after a skipped lot,
                 the optimizer's trainable parameters are no longer the engine's, or the ledger
                 would refuse the step (e.g. ``noise_multiplier`` no longer > 0).
+            BudgetExceededError: at a lot's first micro-batch, when the run was planned with
+                ``target_epsilon`` and ``budget="stop"`` and this lot would exceed the plan
+                (with ``budget="warn"``, a :class:`~dpcore.torch.budget.BudgetExceededWarning`).
         """
         self._check_source(micro)
         restart = self._check_order(micro)
         self._check_step(micro)
+        if restart and self.budget is not None:  # before the lot: warn, or stop unchanged
+            self.budget.check(
+                self.ledger,
+                sampling_probability=self._sampling_probability,
+                noise_multiplier=self.dp.noise_multiplier,
+                jl_dimension=self.jl_dimension,
+            )
         inputs: Any = None
         targets: Any = None
         if micro.size:
@@ -455,6 +469,7 @@ def make_private(
     noise: NoiseSource | None = None,
     seed: int | None = None,
     nonfinite: NonFinitePolicy = "raise",
+    budget: str = "warn",
 ) -> tuple[nn.Module, PrivateOptimizer, LotLoader]:
     """DP-SGD / DP-Adam in your own loop (the optimizer's update rule is kept).
 
@@ -478,6 +493,10 @@ def make_private(
         noise: the noise source (default: seeded from ``seed``).
         seed: seeds the noise and JL directions when their sources are not given.
         nonfinite: ``"raise"`` or ``"zero"`` for NaN/inf per-example gradients.
+        budget: with ``target_epsilon``, what happens before a lot that would take the ledger
+            past the plan (resumed runs included): ``"warn"`` (a
+            :class:`~dpcore.torch.budget.BudgetExceededWarning`, once) or ``"stop"`` (a
+            :class:`~dpcore.torch.budget.BudgetExceededError`, nothing changed).
 
     Returns:
         ``(model, private_optimizer, loader)``: the same model and loader, and the
@@ -513,6 +532,9 @@ def make_private(
             type(loader).__name__,
         )
     check_positive("max_grad_norm", max_grad_norm)
+    if budget not in BUDGET_POLICIES:
+        raise InvalidParameterError("budget", f"in {BUDGET_POLICIES}", budget)
+    plan: PrivacyBudget | None = None
     if (noise_multiplier is None) == (target_epsilon is None):
         raise InvalidParameterError(
             "noise_multiplier", "given exactly when target_epsilon is not", noise_multiplier
@@ -539,6 +561,7 @@ def make_private(
             steps=steps,
             accountant=DEFAULT_ACCOUNTANT,
         )
+        plan = PrivacyBudget(epsilon=target_epsilon, delta=target_delta, policy=budget)
     assert noise_multiplier is not None
     directions = None if seed is None else SeededGaussianNoise(derived_seed(seed))
     clipping = make_engine(
@@ -558,6 +581,6 @@ def make_private(
         noise=noise if noise is not None else SeededGaussianNoise(seed),
     )
     private = PrivateOptimizer(
-        dp, loader=loader, loss_fn=loss_fn, split=split, jl_dimension=jl_dimension
+        dp, loader=loader, loss_fn=loss_fn, split=split, jl_dimension=jl_dimension, budget=plan
     )
     return model, private, loader

@@ -19,7 +19,7 @@ from torch import nn
 
 from dpcore.accountants import accountant_class
 from dpcore.atomic import atomic_path
-from dpcore.calibration import DEFAULT_ACCOUNTANT
+from dpcore.calibration import DEFAULT_ACCOUNTANT, calibrate_noise
 from dpcore.errors import DPCoreError, InvalidParameterError, StateError, UnsupportedEventError
 from dpcore.torch.arguments import (
     check_betas,
@@ -29,6 +29,7 @@ from dpcore.torch.arguments import (
     derived_seed,
 )
 from dpcore.torch.batches import Batch, batch_size, take
+from dpcore.torch.budget import BUDGET_POLICIES, PrivacyBudget
 from dpcore.torch.checkpoint import (
     check_generator_state,
     check_ledger,
@@ -91,6 +92,31 @@ def _trainable(model: nn.Module) -> list[nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
+def _plan(
+    sampler: Sampler,
+    *,
+    engine: str,
+    target_epsilon: float | None,
+    target_delta: float | None,
+    budget: str,
+) -> PrivacyBudget | None:
+    """The run's budget (``None`` without ``target_epsilon``), refused where it cannot hold."""
+    if budget not in BUDGET_POLICIES:
+        raise InvalidParameterError("budget", f"in {BUDGET_POLICIES}", budget)
+    if target_epsilon is None:
+        return None
+    if target_delta is None:
+        raise InvalidParameterError("target_delta", "given with target_epsilon", None)
+    if engine == "jl" or isinstance(sampler, BallsInBinsSampler):
+        raise InvalidParameterError(
+            "target_epsilon",
+            "not given for the JL engine or balls-in-bins sampling (their steps need the jl "
+            "or rdp accountant: pass noise_multiplier and read epsilon from the ledger)",
+            target_epsilon,
+        )
+    return PrivacyBudget(epsilon=target_epsilon, delta=target_delta, policy=budget)
+
+
 class DPTrainer:
     """Differentially private training of ``model`` on ``(inputs, targets)``.
 
@@ -102,7 +128,9 @@ class DPTrainer:
         loss_fn: per-example losses (``reduction="none"``).
         optimizer: a torch optimizer over the model's trainable parameters (SGD for DP-SGD,
             Adam for DP-Adam).
-        noise_multiplier: sigma > 0.
+        noise_multiplier: sigma > 0; or ``None`` with ``target_epsilon``, ``target_delta`` and
+            ``epochs``: the smallest sigma (to 1 %) whose certified PLD upper bound after
+            ``epochs`` epochs (``len(sampler)`` lots each) meets the target.
         max_grad_norm: the clipping norm C > 0.
         sampler: a :class:`PoissonSampler` (default analysis), a :class:`BallsInBinsSampler`
             (analysed per epoch as random allocation) or a :class:`ShuffledBatchSampler` (no
@@ -116,6 +144,20 @@ class DPTrainer:
         max_physical_batch_size: clip each lot this many examples at a time (virtual lots:
             memory follows this size, the noise and the ledger event stay one per lot);
             ``None`` processes a lot in one batch.
+        target_epsilon: the planned epsilon: kept as :attr:`budget` and checked before every
+            step, resumed runs included (with ``noise_multiplier=None`` also calibrated for).
+        target_delta: the planned delta (required with ``target_epsilon``).
+        epochs: the planned epochs, to calibrate ``noise_multiplier`` for.
+        budget: ``"warn"`` (a :class:`~dpcore.torch.budget.BudgetExceededWarning`, once) or
+            ``"stop"`` (a :class:`~dpcore.torch.budget.BudgetExceededError` before the step,
+            nothing changed) when a step would take the ledger past the plan.
+
+    Raises:
+        InvalidParameterError: before anything is built, on a bad argument; among them
+            neither ``noise_multiplier`` nor a full plan (``target_epsilon``, ``target_delta``,
+            ``epochs``), a plan for the JL engine or balls-in-bins sampling (their steps need
+            other accountants than the certified PLD one), or a ``budget`` not in
+            ``("warn", "stop")``.
     """
 
     def __init__(
@@ -126,7 +168,7 @@ class DPTrainer:
         targets: Batch,
         loss_fn: LossFunction,
         optimizer: torch.optim.Optimizer,
-        noise_multiplier: float,
+        noise_multiplier: float | None = None,
         max_grad_norm: float,
         sampler: Sampler,
         engine: str = "auto",
@@ -135,6 +177,10 @@ class DPTrainer:
         seed: int | None = None,
         nonfinite: NonFinitePolicy = "raise",
         max_physical_batch_size: int | None = None,
+        target_epsilon: float | None = None,
+        target_delta: float | None = None,
+        epochs: int | None = None,
+        budget: str = "warn",
     ) -> None:
         check_entry_arguments(
             model=model,
@@ -159,6 +205,27 @@ class DPTrainer:
         if sampler.dataset_size != size:
             raise InvalidParameterError(
                 "sampler", f"to sample from {size} examples", sampler.dataset_size
+            )
+        self.budget = _plan(
+            sampler,
+            engine=engine,
+            target_epsilon=target_epsilon,
+            target_delta=target_delta,
+            budget=budget,
+        )
+        if noise_multiplier is None:
+            if target_epsilon is None or target_delta is None or epochs is None:
+                raise InvalidParameterError(
+                    "noise_multiplier",
+                    "given, or None with target_epsilon, target_delta and epochs",
+                    None,
+                )
+            noise_multiplier = calibrate_noise(
+                target_epsilon=target_epsilon,
+                target_delta=target_delta,
+                sampling_probability=sampler.sampling_probability,
+                steps=check_count("epochs", epochs, minimum=1) * sampler.steps_per_epoch,
+                accountant=DEFAULT_ACCOUNTANT,
             )
         self.max_physical_batch_size = (
             None
@@ -254,10 +321,20 @@ class DPTrainer:
                 engine's (:meth:`~dpcore.torch.optimizers.DPOptimizer.check_parameters`), or
                 the ledger would refuse the step (e.g. ``noise_multiplier`` changed under
                 balls-in-bins sampling, or the sampler drew lots outside the trainer).
+            BudgetExceededError: with ``target_epsilon`` and ``budget="stop"``, when this
+                step would take the ledger past the plan (``budget="warn"``: a
+                :class:`~dpcore.torch.budget.BudgetExceededWarning`, and the step runs).
         """
         self.optimizer.check_parameters()
         number = self.sampler.lots_drawn
         self._check_event(number)
+        if self.budget is not None:  # warn, or stop before anything changes
+            self.budget.check(
+                self.ledger,
+                sampling_probability=self.sampler.sampling_probability,
+                noise_multiplier=self.optimizer.noise_multiplier,
+                jl_dimension=self.jl_dimension,
+            )
         self.model.train()
         drawn_from = self.sampler.state_dict()  # a snapshot: sampling replaces, never mutates
         directions = (

@@ -559,3 +559,56 @@ def test_optimizer_protocol_state_dict_zero_grad_and_no_double_wrap() -> None:
             max_grad_norm=1.0,
             noise_multiplier=1.0,
         )
+
+
+def _planned(policy: str):  # type: ignore[no-untyped-def]
+    """Calibrated to epsilon = 2 over 2 epochs (4 lots each)."""
+    return _private(
+        None,
+        noise_multiplier=None,
+        target_epsilon=2.0,
+        target_delta=1e-5,
+        epochs=2,
+        budget=policy,
+    )
+
+
+def test_budget_resumed_at_an_epochs_last_lot_refuses_or_warns_a_third_epoch() -> None:
+    from dpcore.torch.budget import BudgetExceededError, BudgetExceededWarning
+
+    model, optimizer, loader = _planned("stop")
+    _run(optimizer, loader, 2 * len(loader))  # the plan: no warning (warnings are errors here)
+    assert optimizer.epsilon(delta=1e-5) <= 2.0
+    state = optimizer.state_dict()  # at the second epoch's last lot
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
+
+    model, resumed, loader = _planned("stop")
+    model.load_state_dict(weights)
+    resumed.load_state_dict(state)
+    before = copy.deepcopy(resumed.ledger)
+    with pytest.raises(BudgetExceededError, match=r"Step 9 would take epsilon to .*past the plan"):
+        resumed.step(next(iter(loader)))
+    assert resumed.ledger == before  # nothing recorded, nothing moved
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, weights[name])
+
+    _, warned, loader = _planned("warn")
+    warned.load_state_dict(state)
+    with pytest.warns(BudgetExceededWarning, match="target_epsilon = 2"):
+        _run(warned, loader, 1)
+    _run(warned, loader, 1)  # warned once: the next lot is quiet
+    assert warned.ledger.steps == 10
+    assert warned.epsilon(delta=1e-5) > 2.0
+
+
+def test_budget_allows_exactly_the_planned_steps_without_recomputing() -> None:
+    from dpcore.torch.budget import PrivacyBudget
+
+    _, optimizer, loader = _planned("stop")
+    budget = optimizer.budget
+    assert isinstance(budget, PrivacyBudget)
+    _run(optimizer, loader, 1)
+    allowance = budget._allowance
+    assert allowance is not None and allowance[2] == 2 * len(loader)
+    with pytest.raises(InvalidParameterError, match="Expected budget in"):
+        _planned("halt")

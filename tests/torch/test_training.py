@@ -386,3 +386,54 @@ def test_one_default_accountant_names_pld_everywhere(capsys: pytest.CaptureFixtu
     statement = trainer.privacy_statement(delta=1e-3)
     assert statement["default_accountant"] == "pld"
     assert statement["epsilon"]["pld"]["epsilon"] == spent
+
+
+def _planned_trainer(policy: str) -> DPTrainer:
+    """Calibrated to epsilon = 2 over 2 epochs of 4 lots."""
+    return _trainer(
+        noise_multiplier=None, target_epsilon=2.0, target_delta=1e-5, epochs=2, budget=policy
+    )
+
+
+def test_budget_resumed_at_an_epochs_last_lot_stops_or_warns_a_third_epoch(
+    tmp_path: Path,
+) -> None:
+    from dpcore.calibration import calibrate_noise
+    from dpcore.torch.budget import BudgetExceededError, BudgetExceededWarning
+
+    trainer = _planned_trainer("stop")
+    assert len(trainer.sampler) == 4
+    assert trainer.optimizer.noise_multiplier == calibrate_noise(
+        target_epsilon=2.0, target_delta=1e-5, sampling_probability=0.25, steps=8
+    )
+    trainer.train(steps=8, delta=1e-5, progress=False)  # the plan: no warning
+    trainer.save_checkpoint(tmp_path / "run.pt")
+    resumed = _planned_trainer("stop")
+    resumed.load_checkpoint(tmp_path / "run.pt")
+    before = _snapshot(resumed)
+    with pytest.raises(BudgetExceededError, match="Step 9 would take epsilon"):
+        resumed.train(steps=4, delta=1e-5, progress=False)
+    _assert_unchanged(before, _snapshot(resumed))  # nothing drawn, moved or recorded
+    warned = _planned_trainer("warn")
+    warned.load_checkpoint(tmp_path / "run.pt")
+    with pytest.warns(BudgetExceededWarning, match=r"past the planned target_epsilon = 2"):
+        warned.train(steps=4, delta=1e-5, progress=False)
+    assert warned.ledger.steps == 12
+    assert warned.epsilon(delta=1e-5) > 2.0
+
+
+@pytest.mark.parametrize(
+    ("options", "parameter"),
+    [
+        ({"noise_multiplier": None}, "noise_multiplier"),
+        ({"target_epsilon": 2.0}, "target_delta"),
+        ({"target_epsilon": 2.0, "target_delta": 1e-5, "engine": "jl"}, "target_epsilon"),
+        ({"budget": "halt"}, "budget"),
+    ],
+)
+def test_budget_arguments_are_refused_before_anything_is_built(
+    options: dict[str, object], parameter: str
+) -> None:
+    with pytest.raises(InvalidParameterError) as caught:
+        _trainer(**options)
+    assert caught.value.parameter == parameter
