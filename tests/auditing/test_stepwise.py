@@ -12,6 +12,7 @@ from dpcore.auditing.stepwise import (
     composed_lower_bound,
     distinguish,
     held_out_threshold_bound,
+    mu_ratio_for_epsilon_ratio,
     two_tailed_grid,
 )
 from dpcore.errors import InvalidParameterError
@@ -68,3 +69,17 @@ def test_gaussian_route_is_tighter_at_the_same_sample_size(n0: int, n1: int) -> 
 def test_unknown_route_is_refused() -> None:
     with pytest.raises(InvalidParameterError, match="Expected route"):
         distinguish(np.zeros(10), np.ones(10), seed=0, route="normal", **SETTINGS)  # type: ignore[arg-type]
+
+
+def test_mu_ratio_for_epsilon_ratio_inverts_the_composition() -> None:
+    # the per-step audit's default setting: q = 0.2, T = 100, sigma 2.3784 (epsilon 4)
+    q, mu, steps, delta = 0.2, 1 / 2.378414230005442, 100, 1e-5
+    needed = mu_ratio_for_epsilon_ratio(q=q, mu=mu, steps=steps, delta=delta, target_ratio=0.8)
+    assert 0.82 < needed < 0.86  # measured 0.8385: slightly above the epsilon target
+    epsilon = composed_lower_bound(q, mu, steps, delta)
+    assert composed_lower_bound(q, needed * mu, steps, delta) >= 0.8 * epsilon
+    assert composed_lower_bound(q, (needed - 0.01) * mu, steps, delta) < 0.8 * epsilon
+    with pytest.raises(InvalidParameterError, match="target_ratio"):
+        mu_ratio_for_epsilon_ratio(q=q, mu=mu, steps=steps, delta=delta, target_ratio=1.0)
+    with pytest.raises(InvalidParameterError, match="mu"):
+        mu_ratio_for_epsilon_ratio(q=q, mu=-1.0, steps=steps, delta=delta, target_ratio=0.5)
