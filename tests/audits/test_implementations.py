@@ -113,3 +113,37 @@ def test_false_alarm_rate_of_the_default_call_is_measured_and_at_most_the_level(
 
     assert MEASURED is not None and MEASURED["runs"] == measured["runs"]
     assert table.false_alarm_line() in table.README.read_text()
+
+
+def test_opacus_residuals_are_exactly_its_own_noise_draws(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The auditor's residual r_t (the update times b / (lr C) less its recomputed clipped sum)
+    # is Opacus' own noise draw / (sigma C) to float32 precision, in runs with and without the
+    # canary: a noise_calibration flag on Opacus is about the draws
+    # themselves, not the auditor's S_t, the divisor (Opacus' int(N q), here 3 for N = 19) or
+    # the parameters read back in float32.
+    import numpy as np
+    import opacus.optimizers.optimizer as opacus_optimizer
+
+    from dpcore.auditing import structural
+    from dpcore.auditing.implementation_audits import PER_STEP_SETTINGS, _task, _train
+
+    drawn: list[np.ndarray] = []
+    generate = opacus_optimizer._generate_noise
+
+    def recorded(
+        std: float, reference: object, generator: object = None, secure_mode: bool = False
+    ) -> object:
+        noise = generate(std, reference, generator, secure_mode)
+        drawn.append(noise.detach().double().numpy().reshape(-1) / std)
+        return noise
+
+    monkeypatch.setattr(opacus_optimizer, "_generate_noise", recorded)
+    for canaries, seed in (([False], 11), ([True], 12)):
+        drawn.clear()
+        task = _task(PER_STEP_SETTINGS, canaries, seed, steps=20, report_epsilon=False)
+        observer, claim = _train(Opacus(), task)
+        run = structural.analyse_run(task, claim, observer)
+        noise = np.concatenate(drawn).reshape(task.steps, -1)
+        assert run.divisor == int(task.dataset_size * claim.sampling_probability)
+        assert np.max(np.abs(run.residuals / claim.noise_multiplier - noise)) < 1e-4
+        assert np.std(noise) > 0.5  # the comparison is not between two zeros
