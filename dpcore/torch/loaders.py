@@ -27,7 +27,7 @@ from __future__ import annotations
 import collections
 import copy
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
@@ -37,7 +37,16 @@ from dpcore.torch.samplers import PoissonSampler, ShuffledBatchSampler
 from dpcore.torch.workers import DieWithParent
 from dpcore.validation import check_count
 
-__all__ = ["LotBatchSampler", "LotLoadError", "LotLoader", "MicroBatch", "Split", "split_pair"]
+__all__ = [
+    "TARGET_KEY",
+    "LotBatchSampler",
+    "LotLoadError",
+    "LotLoader",
+    "MicroBatch",
+    "Split",
+    "SplitByKey",
+    "split_pair",
+]
 
 LotSampler = PoissonSampler | ShuffledBatchSampler
 
@@ -342,13 +351,68 @@ Split = Callable[[Any], tuple[Any, Any]]
 """``split(data) -> (inputs, targets)`` for a collated micro-batch."""
 
 
+#: The key of the targets in a dict batch (Hugging Face's name) unless ``target_key`` says.
+TARGET_KEY = "labels"
+
+
 def split_pair(data: Any) -> tuple[Any, Any]:
-    """The default ``split``: a collated ``(inputs, targets)`` pair (or list of two)."""
+    """The default ``split``: an ``(inputs, targets)`` pair, or a dict batch split by key.
+
+    A dict batch (Hugging Face's ``{"input_ids", "attention_mask", "labels"}``) gives the dict
+    without ``"labels"`` as the inputs (the model is called as ``model(**inputs)``, so the
+    attention mask and every other entry reach it) and ``batch["labels"]`` as the targets;
+    :class:`SplitByKey` takes the targets under another key.
+
+    Raises:
+        InvalidParameterError: neither a pair nor a dict with ``"labels"`` (the message says
+            how to split the batch without losing an entry).
+    """
+    if isinstance(data, Mapping):
+        return SplitByKey(TARGET_KEY)(data)
     if isinstance(data, tuple | list) and len(data) == 2:
         return data[0], data[1]
+    if isinstance(data, tuple | list) and len(data) > 2:
+        hint = (
+            f"split=lambda batch: (tuple(batch[:-1]), batch[-1]) for a batch of {len(data)} "
+            "entries whose last is the targets (the model is called as model(*inputs))"
+        )
+    else:
+        hint = "a split(batch) -> (inputs, targets) for this kind of batch"
     raise InvalidParameterError(
         "split",
-        "given for batches that are not (inputs, targets) pairs, e.g. "
-        "split=lambda batch: (batch['input_ids'], batch['labels'])",
+        "given for batches that are not (inputs, targets) pairs or dicts with 'labels': " + hint,
         type(data).__name__,
     )
+
+
+class SplitByKey:
+    """``split`` for dict batches: targets under ``key``; the rest is ``model(**inputs)``.
+
+    Args:
+        key: the targets' key (``"labels"`` by default, as in Hugging Face batches).
+    """
+
+    def __init__(self, key: str = TARGET_KEY) -> None:
+        if not isinstance(key, str):
+            raise InvalidParameterError("target_key", "a str (the targets' key)", key)
+        self.key = key
+
+    def __repr__(self) -> str:
+        return f"SplitByKey({self.key!r})"
+
+    def __call__(self, data: Any) -> tuple[dict[str, Any], Any]:
+        """``({k: v for k != key}, data[key])``.
+
+        Raises:
+            InvalidParameterError: ``data`` is not a dict or has no ``key`` (naming its keys).
+        """
+        if not isinstance(data, Mapping) or self.key not in data:
+            keys = sorted(map(str, data)) if isinstance(data, Mapping) else type(data).__name__
+            raise InvalidParameterError(
+                "target_key",
+                f"a key of the dict batch holding the targets (the batch has {keys}); pass "
+                "target_key='<your targets key>' or split=...",
+                self.key,
+            )
+        inputs = {name: value for name, value in data.items() if name != self.key}
+        return inputs, data[self.key]

@@ -48,7 +48,7 @@ from dpcore.torch.budget import BUDGET_POLICIES, PrivacyBudget
 from dpcore.torch.checkpoint import check_ledger, require, seal, snapshot, verify
 from dpcore.torch.engines import make_engine
 from dpcore.torch.ledger import PrivacyLedger, training_statement, write_statement
-from dpcore.torch.loaders import LotLoader, MicroBatch, Split, split_pair
+from dpcore.torch.loaders import LotLoader, MicroBatch, Split, SplitByKey, split_pair
 from dpcore.torch.noise import NoiseSource, SeededGaussianNoise
 from dpcore.torch.optimizers import DPOptimizer
 from dpcore.torch.per_example.base import LossFunction, NonFinitePolicy
@@ -466,6 +466,7 @@ def make_private(
     engine: str = "auto",
     jl_dimension: int | None = None,
     split: Split = split_pair,
+    target_key: str | None = None,
     noise: NoiseSource | None = None,
     seed: int | None = None,
     nonfinite: NonFinitePolicy = "raise",
@@ -488,8 +489,12 @@ def make_private(
         engine: ``"auto"``, ``"fast"``, ``"vmap"`` or ``"jl"`` (with ``jl_dimension``).
         jl_dimension: r for the JL engine.
         split: ``split(data) -> (inputs, targets)`` of a collated micro-batch (default: the
-            batch is an ``(inputs, targets)`` pair); inputs may be tensors, tuples or dicts.
-            Move the tensors to the model's device here if needed.
+            batch is an ``(inputs, targets)`` pair, or a dict whose ``"labels"`` are the
+            targets and whose other entries, attention masks included, are the inputs:
+            ``model(**inputs)``); inputs may be tensors, tuples or dicts. Move the tensors to
+            the model's device here if needed.
+        target_key: for dict batches, the targets' key instead of ``"labels"`` (with the
+            default ``split``).
         noise: the noise source (default: seeded from ``seed``).
         seed: seeds the noise and JL directions when their sources are not given.
         nonfinite: ``"raise"`` or ``"zero"`` for NaN/inf per-example gradients.
@@ -512,6 +517,12 @@ def make_private(
             not a NoiseSource.
         IncompatibleModelError: the model fails the engine's trial lots.
     """
+    if target_key is not None:
+        if split is not split_pair:
+            raise InvalidParameterError(
+                "target_key", "given only with the default split (split decides alone)", target_key
+            )
+        split = SplitByKey(target_key)
     check_entry_arguments(
         model=model,
         optimizer=optimizer,

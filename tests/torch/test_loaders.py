@@ -310,3 +310,17 @@ def test_item7_a_failed_load_raises_a_typed_error_and_the_lot_is_drawn_again(
     assert seen == expected[:3] and current == [3, 5, 12, 13]  # two micro-batches of lot 3
     assert flaky.lots_consumed == 3  # rewound to the start of lot 3
     assert seen + _lots(flaky) == expected  # lot 3 again, identically, then the rest
+
+
+def test_default_split_of_dict_batches_and_hints_that_lose_nothing() -> None:
+    from dpcore.torch.loaders import SplitByKey, split_pair
+
+    batch = {"input_ids": 1, "attention_mask": 2, "labels": 3}
+    assert split_pair(batch) == ({"input_ids": 1, "attention_mask": 2}, 3)
+    assert SplitByKey("y")({"x": 1, "y": 2}) == ({"x": 1}, 2)
+    with pytest.raises(InvalidParameterError, match=r"tuple\(batch\[:-1\]\), batch\[-1\]"):
+        split_pair((1, 2, 3))
+    with pytest.raises(InvalidParameterError) as caught:
+        SplitByKey("labels")({"x": 1})
+    assert caught.value.parameter == "target_key"
+    assert "['x']" in str(caught.value)

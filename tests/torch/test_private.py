@@ -612,3 +612,62 @@ def test_budget_allows_exactly_the_planned_steps_without_recomputing() -> None:
     assert allowance is not None and allowance[2] == 2 * len(loader)
     with pytest.raises(InvalidParameterError, match="Expected budget in"):
         _planned("halt")
+
+
+class _TinyBert(nn.Module):
+    """Hugging Face-shaped: ``model(input_ids=..., attention_mask=...)``, masked mean pooling."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(11, 6)
+        self.head = nn.Linear(6, 2)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        mask = attention_mask.unsqueeze(-1).to(self.embed.weight.dtype)
+        pooled = (self.embed(input_ids) * mask).sum(1) / mask.sum(1).clamp(min=1)
+        return self.head(pooled)
+
+
+def _dict_records(key: str = "labels") -> list[dict[str, torch.Tensor]]:
+    generator = torch.Generator().manual_seed(4)
+    records = []
+    for _ in range(N):
+        length = int(torch.randint(2, 6, (), generator=generator))
+        ids = torch.randint(1, 11, (6,), generator=generator)
+        mask = (torch.arange(6) < length).long()
+        records.append({"input_ids": ids * mask, "attention_mask": mask, key: ids[0] % 2})
+    return records
+
+
+def _dict_private(key: str = "labels", **options: object):  # type: ignore[no-untyped-def]
+    torch.manual_seed(0)
+    model = _TinyBert()
+    loader = LotLoader(
+        _dict_records(key),
+        sampler=PoissonSampler(N, sampling_probability=Q, seed=5),
+        max_physical_batch_size=4,
+    )
+    return make_private(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        loader,
+        loss_fn=CROSS_ENTROPY,
+        max_grad_norm=1.0,
+        noise_multiplier=1.0,
+        engine="vmap",
+        seed=1,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def test_dict_batches_call_model_with_every_entry_and_take_labels_by_key() -> None:
+    _, optimizer, loader = _dict_private()
+    results = _run(optimizer, loader, 3)  # forward() needs the mask: dropping it would fail
+    assert optimizer.ledger.steps == 3
+    assert all(math.isfinite(r.loss) for r in results if r.lot_size)
+    _, other, loader = _dict_private("target", target_key="target")
+    assert len(_run(other, loader, 2)) == 2
+    with pytest.raises(InvalidParameterError, match=r"the batch has \['attention_mask'"):
+        _dict_private("target")  # no 'labels': the keys are named
+    with pytest.raises(InvalidParameterError, match="target_key"):
+        _dict_private(target_key="labels", split=lambda b: (b, b))
