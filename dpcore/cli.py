@@ -11,6 +11,10 @@ Bad input exits with status 2 and one line on stderr.
 ``shuffle`` (fixed batches of B = q N from a fresh shuffle per epoch, which needs
 ``--dataset-size N``): no accountant bounds shuffling from above, so the Poisson rows are
 marked as not valid for it and a last row ``shuffle`` gives a certified *lower* bound.
+
+The run is given as ``--sampling-rate q --steps T`` or, as Opacus users think of it, as
+``--batch-size B --dataset-size N --epochs E``: then q = B / N and T = E round(N / B) (the lots
+per epoch of :class:`~dpcore.torch.samplers.PoissonSampler`), and both are shown with the result.
 """
 
 from __future__ import annotations
@@ -76,6 +80,18 @@ def _integer(name: str) -> Callable[[str], Any]:
 def _accountant_list(text: str) -> list[str]:
     names = [name.strip() for name in text.split(",") if name.strip()]
     for name in names:
+        if name == "prv":
+            raise argparse.ArgumentTypeError(
+                str(
+                    InvalidParameterError(
+                        "accountants",
+                        f"in {ACCOUNTANT_NAMES}; for Opacus' prv (an estimate of the privacy "
+                        "loss distribution) use pld: the same distribution with certified "
+                        "upper and lower bounds",
+                        name,
+                    )
+                )
+            )
         if name not in ACCOUNTANT_NAMES:
             raise argparse.ArgumentTypeError(
                 str(InvalidParameterError("accountants", f"in {ACCOUNTANT_NAMES}", name))
@@ -93,11 +109,32 @@ def _build_parser() -> argparse.ArgumentParser:
         sub.add_argument(
             "--sampling-rate",
             type=_real("sampling_rate"),
-            required=True,
-            help="Poisson sampling probability q in [0, 1]",
+            default=None,
+            help="Poisson sampling probability q in [0, 1] (or --batch-size and --dataset-size)",
         )
         sub.add_argument(
-            "--steps", type=_integer("steps"), required=True, help="number of noisy steps T >= 0"
+            "--steps",
+            type=_integer("steps"),
+            default=None,
+            help="number of noisy steps T >= 0 (or --epochs with --batch-size, --dataset-size)",
+        )
+        sub.add_argument(
+            "--batch-size",
+            type=_integer("batch_size"),
+            default=None,
+            help="expected lot size B: q = B / N (with --dataset-size)",
+        )
+        sub.add_argument(
+            "--epochs",
+            type=_integer("epochs"),
+            default=None,
+            help="epochs E: T = E round(N / B) (with --batch-size and --dataset-size)",
+        )
+        sub.add_argument(
+            "--dataset-size",
+            type=_integer("dataset_size"),
+            default=None,
+            help="N, the number of records (for --batch-size, and --sampler shuffle)",
         )
         sub.add_argument(
             "--delta",
@@ -129,12 +166,6 @@ def _build_parser() -> argparse.ArgumentParser:
         "record in one), shuffle (batches of q N per shuffled epoch; gives a lower bound)",
     )
     account.add_argument(
-        "--dataset-size",
-        type=_integer("dataset_size"),
-        default=None,
-        help="N, the number of records (needed by --sampler shuffle)",
-    )
-    account.add_argument(
         "--accountants",
         type=_accountant_list,
         default=list(ACCOUNTANT_NAMES),
@@ -146,6 +177,61 @@ def _build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--target-epsilon", type=_real("target_epsilon"), required=True)
     calibrate.add_argument("--accountant", choices=ACCOUNTANT_NAMES, default=DEFAULT_ACCOUNTANT)
     return parser
+
+
+def run_shape(
+    *,
+    sampling_rate: float | None,
+    steps: int | None,
+    batch_size: int | None,
+    dataset_size: int | None,
+    epochs: int | None,
+) -> tuple[float, int, str]:
+    """(q, T, how they were derived) from ``--sampling-rate``/``--steps`` or B, N and epochs.
+
+    q = B / N when ``--sampling-rate`` is not given; T = epochs round(N / B) when ``--steps``
+    is not given (the lots per epoch of a Poisson sampler at that rate).
+
+    Raises:
+        InvalidParameterError: a quantity given both ways, or missing both ways, or a B, N or
+            epochs out of range (B in [1, N], N >= 1, epochs >= 1).
+    """
+    notes = []
+    if sampling_rate is not None and batch_size is not None:
+        raise InvalidParameterError(
+            "batch_size", "not given with --sampling-rate (q = B / N)", batch_size
+        )
+    if steps is not None and epochs is not None:
+        raise InvalidParameterError("epochs", "not given with --steps (T = epochs N / B)", epochs)
+    rate = sampling_rate
+    if rate is None:
+        if batch_size is None or dataset_size is None:
+            raise InvalidParameterError(
+                "sampling_rate",
+                "given (--sampling-rate q), or derived from --batch-size B and --dataset-size N",
+                None,
+            )
+        n = check_count("dataset_size", dataset_size, minimum=1)
+        b = check_count("batch_size", batch_size, minimum=1)
+        if b > n:
+            raise InvalidParameterError("batch_size", f"in [1, dataset_size = {n}]", b)
+        rate = b / n
+        notes.append(f"q = B / N = {b} / {n} = {rate:.6g}")
+    count = steps
+    if count is None:
+        if epochs is None:
+            raise InvalidParameterError(
+                "steps", "given (--steps T), or derived from --epochs with --batch-size", None
+            )
+        lots = 1 / rate if rate > 0 else math.inf
+        if not math.isfinite(lots) or lots >= sys.maxsize:
+            raise InvalidParameterError(
+                "sampling_rate", "> 0 to count lots per epoch (--epochs)", rate
+            )
+        per_epoch = max(1, round(lots))
+        count = check_count("epochs", epochs, minimum=1) * per_epoch
+        notes.append(f"T = epochs x round(N / B) = {epochs} x {per_epoch} = {count}")
+    return rate, count, "; ".join(notes)
 
 
 def _finite(value: float) -> float | None:
@@ -324,11 +410,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     args = _build_parser().parse_args(argv)
     try:
+        rate, steps, derived = run_shape(
+            sampling_rate=args.sampling_rate,
+            steps=args.steps,
+            batch_size=args.batch_size,
+            dataset_size=args.dataset_size,
+            epochs=args.epochs,
+        )
+        if derived and not args.json:
+            print(derived)
         if args.command == "account":
             rows = account_rows(
-                sampling_rate=args.sampling_rate,
+                sampling_rate=rate,
                 noise_multiplier=args.noise_multiplier,
-                steps=args.steps,
+                steps=steps,
                 delta=args.delta,
                 accountants=args.accountants,
                 jl_dimension=args.jl_dimension,
@@ -339,18 +434,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                 json.dumps(rows, allow_nan=False) if args.json else _format_table(rows, args.delta)
             )
         else:
-            steps = check_count("steps", args.steps)
+            steps = check_count("steps", steps)
             target = check_epsilon("target_epsilon", args.target_epsilon)
             start = time.perf_counter()
             sigma = calibrate_noise(
                 target_epsilon=target,
                 target_delta=args.delta,
-                sampling_probability=args.sampling_rate,
+                sampling_probability=rate,
                 steps=steps,
                 accountant=args.accountant,
             )
             result = {
                 "accountant": args.accountant,
+                "sampling_rate": rate,
+                "steps": steps,
                 "noise_multiplier": sigma,
                 "target_epsilon": target,
                 "delta": args.delta,

@@ -281,3 +281,38 @@ def test_delta_zero_is_infinite_for_gaussian_steps(capsys: pytest.CaptureFixture
     assert main([*args, "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows and all(row["epsilon"] is None for row in rows)
+
+
+def test_epochs_batch_size_and_dataset_size_derive_q_and_t(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    common = ["--noise-multiplier", "1.1", "--delta", "1e-5", "--accountants", "rdp", "--json"]
+    assert main(["account", "--sampling-rate", "0.04", "--steps", "50", *common]) == 0
+    explicit = json.loads(capsys.readouterr().out)
+    opacus = ["--batch-size", "240", "--dataset-size", "6000", "--epochs", "2"]
+    assert main(["account", *opacus, *common]) == 0
+    derived = json.loads(capsys.readouterr().out)
+    assert derived[0]["epsilon"] == explicit[0]["epsilon"]
+    assert main(["calibrate", *opacus, "--target-epsilon", "3", "--delta", "1e-5"]) == 0
+    out = capsys.readouterr().out
+    assert "q = B / N = 240 / 6000 = 0.04" in out
+    assert "T = epochs x round(N / B) = 2 x 25 = 50" in out
+    assert "under the pld accountant" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--batch-size", "10", "--dataset-size", "100"], "Expected steps given"),
+        (["--epochs", "2"], "Expected sampling_rate given"),
+        (["--sampling-rate", "0.1", "--batch-size", "10", "--steps", "5"], "batch_size not"),
+        (["--batch-size", "200", "--dataset-size", "100", "--epochs", "1"], "batch_size in [1,"),
+        (["--sampling-rate", "0.1", "--steps", "5", "--accountants", "prv"], "use pld"),
+    ],
+)
+def test_run_shape_errors_are_one_line(
+    args: list[str], fragment: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _run(["account", "--noise-multiplier", "1", "--delta", "1e-5", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and fragment in err, err
