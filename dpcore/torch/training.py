@@ -393,19 +393,29 @@ class DPTrainer:
     def train(
         self,
         *,
-        steps: int,
+        steps: int | None = None,
         delta: float,
+        epochs: int | None = None,
         progress: bool = True,
         accountant: str = DEFAULT_ACCOUNTANT,
         on_step: Callable[[StepResult], None] | None = None,
     ) -> list[StepResult]:
         """Take ``steps`` more steps, showing loss, accuracy and epsilon spent in a progress bar.
 
-        The bar's epsilon comes from ``accountant`` (by default the PLD accountant's certified
-        upper bound, the number :meth:`epsilon` returns) and is labelled with its name,
-        ``eps(pld)=...``; it shows ``n/a`` when that accountant cannot analyse the steps (JL
-        steps need the JL accountant).
+        ``epochs=E`` instead of ``steps`` takes E ``len(sampler)`` steps (round(1 / q) lots per
+        epoch for Poisson sampling). The bar's epsilon comes from ``accountant`` (by default the
+        PLD accountant's certified upper bound, the number :meth:`epsilon` returns) and is
+        labelled with its name, ``eps(pld)=...``; it shows ``n/a`` when that accountant cannot
+        analyse the steps (JL steps need the JL accountant).
+
+        Raises:
+            InvalidParameterError: before any step, both or neither of ``steps`` and
+                ``epochs``, a bad count, delta or accountant name.
         """
+        if (steps is None) == (epochs is None):
+            raise InvalidParameterError("steps", "given exactly when epochs is not", steps)
+        if epochs is not None:
+            steps = check_count("epochs", epochs) * len(self.sampler)
         count = check_count("steps", steps)
         target = check_delta("delta", delta)
         accountant_class(accountant)  # an unknown name fails now, not after the first steps

@@ -437,3 +437,13 @@ def test_budget_arguments_are_refused_before_anything_is_built(
     with pytest.raises(InvalidParameterError) as caught:
         _trainer(**options)
     assert caught.value.parameter == parameter
+
+
+def test_train_takes_epochs_of_len_sampler_lots() -> None:
+    trainer = _trainer()  # q = 0.25: 4 lots per epoch
+    results = trainer.train(epochs=2, delta=1e-5, progress=False)
+    assert len(results) == trainer.ledger.steps == 2 * len(trainer.sampler) == 8
+    for arguments in ({}, {"steps": 1, "epochs": 1}):
+        with pytest.raises(InvalidParameterError, match="given exactly when epochs is not"):
+            trainer.train(delta=1e-5, progress=False, **arguments)  # type: ignore[arg-type]
+    assert trainer.ledger.steps == 8
