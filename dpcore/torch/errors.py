@@ -6,6 +6,7 @@ from dpcore.errors import (
     EngineFallbackWarning,
     ExamplesInteractError,
     IncompatibleModelError,
+    InvalidParameterError,
     NonFiniteGradientError,
 )
 
@@ -13,5 +14,14 @@ __all__ = [
     "EngineFallbackWarning",
     "ExamplesInteractError",
     "IncompatibleModelError",
+    "LoopUsageError",
     "NonFiniteGradientError",
 ]
+
+
+class LoopUsageError(InvalidParameterError, TypeError):
+    """A training-loop habit of Opacus or plain torch that dpcore spells differently.
+
+    E.g. ``for x, y in loader`` over micro-batches, or ``optimizer.step()`` without one; the
+    message gives the dpcore form in one line. Raised before anything changes.
+    """

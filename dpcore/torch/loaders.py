@@ -28,11 +28,12 @@ import collections
 import copy
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 
 from dpcore.errors import InvalidParameterError, StateError
+from dpcore.torch.errors import LoopUsageError
 from dpcore.torch.samplers import PoissonSampler, ShuffledBatchSampler
 from dpcore.torch.workers import DieWithParent
 from dpcore.validation import check_count
@@ -77,6 +78,20 @@ class MicroBatch:
     last: bool
     index: int = 0
     source: object = dataclasses.field(default=None, compare=False, repr=False)
+
+    def __iter__(self) -> NoReturn:
+        """Refused: a micro-batch is stepped whole (``for x, y in loader`` is Opacus' loop).
+
+        Raises:
+            LoopUsageError: always, saying ``for micro in loader: optimizer.step(micro)``.
+        """
+        raise LoopUsageError(
+            "micro",
+            "stepped whole, not unpacked: for micro in loader: result = optimizer.step(micro) "
+            "(the optimizer runs the forward, the loss and the backward; micro.data holds the "
+            "collated batch)",
+            "an unpacking of a MicroBatch",
+        )
 
 
 class LotLoadError(StateError):
@@ -256,6 +271,11 @@ class LotLoader:
     @property
     def max_physical_batch_size(self) -> int | None:
         return self.batch_sampler.max_physical_batch_size
+
+    @property
+    def sample_rate(self) -> float:
+        """q, the sampler's sampling probability (Opacus' ``loader.sample_rate``)."""
+        return self.sampler.sampling_probability
 
     def __len__(self) -> int:
         """Lots per epoch."""

@@ -47,6 +47,7 @@ from dpcore.torch.batches import batch_size
 from dpcore.torch.budget import BUDGET_POLICIES, PrivacyBudget
 from dpcore.torch.checkpoint import check_ledger, require, seal, snapshot, verify
 from dpcore.torch.engines import make_engine
+from dpcore.torch.errors import LoopUsageError
 from dpcore.torch.ledger import PrivacyLedger, training_statement, write_statement
 from dpcore.torch.loaders import LotLoader, MicroBatch, Split, SplitByKey, split_pair
 from dpcore.torch.noise import NoiseSource, SeededGaussianNoise
@@ -54,7 +55,7 @@ from dpcore.torch.optimizers import DPOptimizer
 from dpcore.torch.per_example.base import LossFunction, NonFinitePolicy
 from dpcore.torch.per_example.jl import JLEngine
 from dpcore.torch.per_example.virtual import LotSum
-from dpcore.torch.training import StepResult, accuracy
+from dpcore.torch.training import StepResult, accuracy, logits
 from dpcore.validation import check_count, check_delta, check_positive
 
 __all__ = ["PrivateOptimizer", "make_private"]
@@ -125,6 +126,16 @@ class PrivateOptimizer(torch.optim.Optimizer):
         return self.dp.noise_multiplier
 
     @property
+    def max_grad_norm(self) -> float:
+        """The clipping norm C (Opacus' ``optimizer.max_grad_norm``)."""
+        return self.engine.max_grad_norm
+
+    @property
+    def expected_batch_size(self) -> float:
+        """q N, the divisor of the noisy sum (Opacus' ``optimizer.expected_batch_size``)."""
+        return self.dp.expected_batch_size
+
+    @property
     def optimizer(self) -> torch.optim.Optimizer:
         """The wrapped torch optimizer (its ``param_groups`` are yours to schedule)."""
         return self.dp.optimizer
@@ -164,7 +175,7 @@ class PrivateOptimizer(torch.optim.Optimizer):
         del set_to_none
         self.dp.zero_grad()
 
-    def step(self, micro: MicroBatch) -> StepResult | None:  # type: ignore[override]
+    def step(self, micro: MicroBatch | None = None) -> StepResult | None:  # type: ignore[override]
         """Clip ``micro``'s examples into its lot's sum; at the lot's end, noise and step.
 
         Lots must come one after the other from the loader's position when ``make_private`` was
@@ -188,6 +199,13 @@ class PrivateOptimizer(torch.optim.Optimizer):
                 ``target_epsilon`` and ``budget="stop"`` and this lot would exceed the plan
                 (with ``budget="warn"``, a :class:`~dpcore.torch.budget.BudgetExceededWarning`).
         """
+        if micro is None:
+            raise LoopUsageError(
+                "micro",
+                "given: optimizer.step(micro) for each micro-batch of the loader (no "
+                "loss.backward() before it: the optimizer computes the per-example gradients)",
+                None,
+            )
         self._check_source(micro)
         restart = self._check_order(micro)
         self._check_step(micro)
@@ -214,8 +232,8 @@ class PrivateOptimizer(torch.optim.Optimizer):
         assert self._sum is not None
         if part is not None:
             self._sum.add(part)
-            outputs = part.outputs
-            if isinstance(outputs, torch.Tensor) and isinstance(targets, torch.Tensor):
+            outputs = logits(part.outputs)
+            if outputs is not None and isinstance(targets, torch.Tensor):
                 self._correct += accuracy(outputs, targets) * micro.size
             else:
                 self._correct = math.nan

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +49,19 @@ from dpcore.torch.per_example.virtual import clipped_sum_in_parts
 from dpcore.torch.samplers import BallsInBinsSampler, PoissonSampler, ShuffledBatchSampler
 from dpcore.validation import check_count, check_delta, check_positive
 
-__all__ = ["DPTrainer", "StepResult", "accuracy"]
+__all__ = ["DPTrainer", "StepResult", "accuracy", "logits"]
 
 Sampler = PoissonSampler | ShuffledBatchSampler | BallsInBinsSampler
+
+
+def logits(outputs: Any) -> torch.Tensor | None:
+    """The score tensor of a model's outputs: a tensor, or a Hugging Face output's ``logits``."""
+    if isinstance(outputs, torch.Tensor):
+        return outputs
+    found = outputs.get("logits") if isinstance(outputs, Mapping) else None
+    if found is None:
+        found = getattr(outputs, "logits", None)
+    return found if isinstance(found, torch.Tensor) else None
 
 
 def accuracy(outputs: torch.Tensor, targets: torch.Tensor) -> float:
@@ -370,9 +380,10 @@ class DPTrainer:
             lot=number,
         )
         loss = float(clipped.losses.mean()) if len(lot) else math.nan
+        scores = logits(clipped.outputs)
         correct = (
-            accuracy(clipped.outputs, targets)
-            if isinstance(clipped.outputs, torch.Tensor) and isinstance(targets, torch.Tensor)
+            accuracy(scores, targets)
+            if scores is not None and isinstance(targets, torch.Tensor)
             else math.nan
         )
         return StepResult(self.ledger.steps, len(lot), loss, correct)

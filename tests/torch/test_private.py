@@ -671,3 +671,47 @@ def test_dict_batches_call_model_with_every_entry_and_take_labels_by_key() -> No
         _dict_private("target")  # no 'labels': the keys are named
     with pytest.raises(InvalidParameterError, match="target_key"):
         _dict_private(target_key="labels", split=lambda b: (b, b))
+
+
+def test_opacus_loop_habits_get_one_line_typed_errors_and_familiar_names() -> None:
+    from dpcore.torch.errors import LoopUsageError
+
+    model, optimizer, loader = _private(None)
+    micro = next(iter(loader))
+    with pytest.raises(LoopUsageError, match=r"optimizer\.step\(micro\)") as caught:
+        _, _ = micro  # Opacus: for x, y in loader
+    assert "\n" not in str(caught.value)
+    before = copy.deepcopy(optimizer.ledger)
+    weights = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(LoopUsageError, match=r"optimizer\.step\(micro\) for each micro-batch"):
+        optimizer.step()  # Opacus: loss.backward(); optimizer.step()
+    assert optimizer.ledger == before
+    assert all(torch.equal(a, b) for a, b in zip(weights, model.parameters(), strict=True))
+    assert optimizer.max_grad_norm == 0.5
+    assert optimizer.expected_batch_size == pytest.approx(Q * N)
+    assert loader.sample_rate == Q
+
+
+class _HuggingFaceShaped(_TinyBert):
+    def forward(  # type: ignore[override]
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        return {"logits": super().forward(input_ids, attention_mask)}
+
+
+def test_accuracy_reads_the_logits_of_hugging_face_outputs() -> None:
+    torch.manual_seed(0)
+    model = _HuggingFaceShaped()
+    loader = LotLoader(_dict_records(), sampler=PoissonSampler(N, sampling_probability=Q, seed=5))
+    _, optimizer, loader = make_private(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        loader,
+        loss_fn=lambda outputs, labels: CROSS_ENTROPY(outputs["logits"], labels),
+        max_grad_norm=1.0,
+        noise_multiplier=1.0,
+        engine="vmap",
+        seed=1,
+    )
+    results = [r for r in _run(optimizer, loader, 3) if r.lot_size]
+    assert results and all(0.0 <= r.accuracy <= 1.0 for r in results)
