@@ -22,7 +22,7 @@ class DataFormatError(DPCoreError, ValueError):
 
 
 def read_idx(path: str | Path) -> np.ndarray:
-    """An idx file (MNIST format; plain or ``.gz``) as a uint8 array.
+    """An idx file (MNIST format; plain or ``.gz``) as a writable uint8 array.
 
     Layout: magic bytes 0x00 0x00 0x08 ndim, then ndim big-endian uint32 sizes, then the data.
     """
@@ -43,7 +43,8 @@ def read_idx(path: str | Path) -> np.ndarray:
         raise DataFormatError(f"{path}: a header for {ndim} dimensions needs {header} bytes.")
     shape = tuple(int(v) for v in np.frombuffer(data[4:header], dtype=">u4"))
     expected = math.prod(shape)  # Python ints: no int64 wrap-around for huge headers
-    body = np.frombuffer(data, dtype=np.uint8, offset=header)
+    # A bytearray makes the array writable (torch.from_numpy warns on read-only arrays).
+    body = np.frombuffer(bytearray(data), dtype=np.uint8, offset=header)
     if body.size != expected:
         raise DataFormatError(f"{path}: header says {shape} ({expected} bytes), found {body.size}.")
     return body.reshape(shape)

@@ -31,6 +31,7 @@ def test_idx_round_trip(tmp_path, compressed: bool) -> None:  # type: ignore[no-
     data = _idx_bytes(images)
     path.write_bytes(gzip.compress(data) if compressed else data)
     assert np.array_equal(read_idx(path), images)
+    assert read_idx(path).flags.writeable  # torch.from_numpy warns on read-only arrays
 
 
 def test_idx_rejects_truncated_and_wrong_magic(tmp_path) -> None:  # type: ignore[no-untyped-def]
