@@ -177,3 +177,30 @@ def test_hugging_face_loop_with_masks_and_a_scheduler_ported(
     assert printed <= 8.0  # the plan held: no budget warning (warnings are errors here)
     assert len(rates) == total and rates[-1] == 0.0 and max(rates) == pytest.approx(5e-4)
     assert math.isfinite(result.accuracy)
+
+
+def test_readme_opacus_table_names_exist() -> None:
+    """Every ``optimizer.X`` / ``data_loader.X`` the README's table promises is there."""
+    import re
+    from pathlib import Path
+
+    readme = Path(__file__).resolve().parents[2] / "README.md"
+    section = readme.read_text(encoding="utf-8").split("### Coming from Opacus")[1]
+    table = section.split("\n\n")[1]
+    names = set(re.findall(r"`(optimizer|data_loader)\.(\w+)", table))
+    assert {("optimizer", "max_grad_norm"), ("data_loader", "sample_rate")} <= names
+    model = nn.Linear(3, 2)
+    loader = LotLoader(
+        TensorDataset(torch.randn(8, 3), torch.randint(0, 2, (8,))), sampling_probability=0.5
+    )
+    _, optimizer, loader = make_private(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        loader,
+        loss_fn=nn.CrossEntropyLoss(reduction="none"),
+        noise_multiplier=1.0,
+        max_grad_norm=1.0,
+    )
+    objects = {"optimizer": optimizer, "data_loader": loader}
+    missing = [f"{kind}.{name}" for kind, name in names if not hasattr(objects[kind], name)]
+    assert not missing
