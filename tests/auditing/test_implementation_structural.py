@@ -174,3 +174,16 @@ def test_sampler_test_is_valid_under_poisson() -> None:
         for _ in range(200)
     ]
     assert np.mean(np.array(p_values) < 0.05) <= 0.085
+
+
+def test_sampler_seen_breaks_a_tie_by_the_kinds_order_not_the_hash_seed() -> None:
+    # one Poisson run and one shuffled run: a tie; the label was max over a set of strings,
+    # which changed with PYTHONHASHSEED (an Opacus Poisson audit read "shuffle" in some
+    # processes); now the first kind of SAMPLER_KINDS wins, in either order of the runs
+    rng = np.random.default_rng(3)
+    poisson = [np.nonzero(rng.random(20) < 0.2)[0] for _ in range(100)]
+    shuffled = _shuffled(rng, 20, 4, 100)
+    for lots in ([poisson, shuffled], [shuffled, poisson]):
+        result = lots_sampler_test(lots, 20, _claim("poisson"))
+        assert sorted(result["samplers_per_run"]) == ["poisson", "shuffle"]
+        assert result["sampler_seen"] == "poisson"
