@@ -125,6 +125,13 @@ class PrivateOptimizer(torch.optim.Optimizer):
     def noise_multiplier(self) -> float:
         return self.dp.noise_multiplier
 
+    def __getstate__(self) -> dict[str, Any]:
+        """All attributes (torch's Optimizer would keep only its groups, state and defaults)."""
+        return self.__dict__.copy()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
     @property
     def max_grad_norm(self) -> float:
         """The clipping norm C (Opacus' ``optimizer.max_grad_norm``)."""

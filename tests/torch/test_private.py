@@ -715,3 +715,12 @@ def test_accuracy_reads_the_logits_of_hugging_face_outputs() -> None:
     )
     results = [r for r in _run(optimizer, loader, 3) if r.lot_size]
     assert results and all(0.0 <= r.accuracy <= 1.0 for r in results)
+
+
+def test_a_deep_copy_of_the_private_optimizer_keeps_everything() -> None:
+    _, optimizer, loader = _private(None)
+    _run(optimizer, loader, 1)
+    twin = copy.deepcopy(optimizer)
+    assert twin.ledger == optimizer.ledger and twin.ledger is not optimizer.ledger
+    assert twin.max_grad_norm == optimizer.max_grad_norm
+    assert twin.param_groups[0]["lr"] == optimizer.param_groups[0]["lr"]
