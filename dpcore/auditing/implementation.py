@@ -82,8 +82,11 @@ class AuditTask:
     delta: float
     seed: int
     canary_rows: tuple[int, ...] = ()
-    #: whether the implementation should compute its epsilon (off for the sampler audit's probe
-    #: run, whose tiny noise multiplier no accountant needs to price)
+    #: whether the implementation should compute its epsilon. An adapter must honour it and
+    #: return ``Claim(epsilon=None)`` when it is False: the auditor turns it off for every run but
+    #: one, and for the sampler audit's probe run, whose noise multiplier (0.01) no accountant
+    #: needs to price (Opacus' PRV accountant asks for hundreds of GiB there; dpcore's PLD raises
+    #: ``ResourceLimitError``)
     report_epsilon: bool = True
     model: ModelSpec | None = None
     canary_inputs: np.ndarray | None = None
