@@ -14,10 +14,6 @@ from typing import TypeVar
 
 from dpcore.errors import InvalidParameterError
 
-# audits/implementations/table.py still imports write_between_markers from here; drop this line
-# once it imports dpcore.runs.markers instead.
-from dpcore.runs.markers import write_between_markers  # noqa: F401
-
 C = TypeVar("C")
 
 

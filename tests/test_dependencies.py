@@ -80,13 +80,10 @@ _DASH_M = re.compile(r"-m\s+((bench|reproductions|audits)(\.[A-Za-z_]\w*)*)")
 
 #: Imports between support folders not yet removed, each named: (importing file, module). The
 #: test fails on any other, and on any of these once it is gone (so the list only shrinks).
-#: - audits -> reproductions.common.write_between_markers: audits/ is being rebuilt elsewhere;
-#:   it moves to dpcore.runs.markers.write_between_markers with that work.
 #: - the Bu et al. 2021 memory reproduction (Tables 3-4) -> the memory benchmark's cells
 #:   (``bench``: its models, lots and steps, and their source in the measuring code's
 #:   fingerprint): to become benchmark cells in bench/ whose saved results it reports.
 KNOWN = {
-    ("audits/implementations/table.py", "reproductions.common"),
     ("reproductions/bu2021_jl/memory.py", "bench"),
     ("reproductions/bu2021_jl/memory_worker.py", "bench"),
 }

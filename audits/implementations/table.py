@@ -41,7 +41,7 @@ from dpcore.auditing.implementation_audits import (
 )
 from dpcore.auditing.verdicts import summarise
 from dpcore.provenance import provenance
-from reproductions.common import write_between_markers
+from dpcore.runs.markers import write_between_markers
 
 README = ROOT / "README.md"
 MARKERS = ("<!-- implementation-audits:start -->", "<!-- implementation-audits:end -->")
