@@ -4,13 +4,26 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from dpcore.atomic import atomic_write_text
 from dpcore.provenance import provenance
+from dpcore.runs import RunStore, code_fingerprint
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ROOT = Path(__file__).resolve().parents[1]
+#: the audits' run stores (git-ignored): one folder per audit, one per run inside
+RUNS = RESULTS / "runs"
+
+
+def run_store(audit: str, *sources: ModuleType | str | Path) -> RunStore:
+    """The run store of ``audit`` (``results/runs/<audit>``), keyed by the code of ``sources``.
+
+    Pass the modules that compute the audit's runs (its own module and the parts of dpcore it
+    relies on): an edit to any of them gives new run folders, so stale results are not reused.
+    """
+    return RunStore(RUNS / audit, code=code_fingerprint(*sources))
 
 
 def save(audit: str, rows: list[dict[str, Any]], config: dict[str, Any]) -> Path:
