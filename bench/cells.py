@@ -6,8 +6,9 @@ The measuring machinery (a :class:`~dpcore.runs.cells.Cell` run in a fresh ``pyt
 :mod:`bench.training_memory` and :mod:`bench.logical_lots` measure with it:
 
 - :func:`make_model`, :func:`make_lot` and :func:`step_function` build a cell's model, random lot
-  and full optimizer step; :func:`build_timing` and :func:`build_memory` are the ``build`` hooks
-  made of them;
+  and full optimizer step (dpcore's steps and lots are :mod:`dpcore.runs.torch_cells`', shared
+  with the Bu et al. 2021 memory reproduction; Opacus' are built here); :func:`build_timing` and
+  :func:`build_memory` are the ``build`` hooks made of them;
 - :func:`timing_worker`, :func:`memory_worker`, :func:`run_cell`, :func:`run_timing` and
   :func:`run_capped` are :mod:`dpcore.runs.cells`' with the benchmark's hooks, worker modules
   and the repository root (where ``python -m bench...`` imports) filled in.
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from dpcore.runs import cells as runs_cells
+from dpcore.runs import torch_cells
 from dpcore.runs.cells import Cell, MemoryBuild, TimingBuild
 from dpcore.runs.workers import POLL_SECONDS, WorkerResult
 
@@ -47,11 +49,12 @@ __all__ = [
 
 #: The repository root: workers run there (``python -m bench...`` / ``reproductions...``).
 ROOT = Path(__file__).resolve().parents[1]
-#: The training benchmark's lot, noise multiplier, clipping norm and SGD learning rate.
+#: The training benchmark's lot; its noise multiplier, clipping norm and SGD learning rate are
+#: those of every step of :mod:`dpcore.runs.torch_cells`.
 BATCH_SIZE = 256
-NOISE_MULTIPLIER = 1.0
-MAX_GRAD_NORM = 1.0
-LEARNING_RATE = 0.05
+NOISE_MULTIPLIER = torch_cells.NOISE_MULTIPLIER
+MAX_GRAD_NORM = torch_cells.MAX_GRAD_NORM
+LEARNING_RATE = torch_cells.LEARNING_RATE
 #: Opacus' ``grad_sample_mode`` values, each an ``opacus_<mode>`` method.
 OPACUS_MODES = ("hooks", "functorch", "ew", "ghost")
 
@@ -59,33 +62,8 @@ OPACUS_MODES = ("hooks", "functorch", "ew", "ghost")
 
 
 def make_lot(model: str, device: Any, batch_size: int = BATCH_SIZE) -> tuple[Any, Any]:
-    """``(inputs, targets)``: a fixed random lot of ``batch_size`` for ``model``, on ``device``.
-
-    ``mnist_cnn``: float32 ``(batch_size, 1, 28, 28)`` images uniform in [0, 1) and 10 classes;
-    otherwise (``imdb_lstm``): ``(batch_size, 150)`` token ids below 8000 and binary labels.
-    Seeded: the same lot every call (timing and memory do not depend on the values).
-    """
-    import torch
-
-    from dpcore.torch.models import IMDB_SEQUENCE_LENGTH
-
-    generator = torch.Generator().manual_seed(1)
-    if model == "mnist_cnn":
-        inputs = torch.rand(batch_size, 1, 28, 28, generator=generator)
-        targets = torch.randint(0, 10, (batch_size,), generator=generator)
-    else:
-        inputs = torch.randint(0, 8000, (batch_size, IMDB_SEQUENCE_LENGTH), generator=generator)
-        targets = torch.randint(0, 2, (batch_size,), generator=generator).float()
-    return inputs.to(device), targets.to(device)
-
-
-def _losses(model: str) -> tuple[Any, Any]:
-    """``(per-example loss, mean loss)``: cross-entropy on MNIST, logistic on IMDb."""
-    from torch import nn
-
-    if model == "mnist_cnn":
-        return nn.CrossEntropyLoss(reduction="none"), nn.CrossEntropyLoss()
-    return nn.BCEWithLogitsLoss(reduction="none"), nn.BCEWithLogitsLoss()
+    """:func:`dpcore.runs.torch_cells.random_lot` at :data:`BATCH_SIZE` unless ``batch_size``."""
+    return torch_cells.random_lot(model, device, batch_size)
 
 
 def make_model(cell: Cell) -> Any:
@@ -113,50 +91,16 @@ def step_function(
 ) -> Callable[[], None]:
     """A closure doing one full optimizer step of ``cell``'s method on the fixed lot.
 
-    ``nonprivate``: forward, mean loss, backward, SGD step; ``dpsgd_exact`` / ``dpsgd_vmap`` /
-    ``dpsgd_jl``: ``FastEngine`` / ``VmapEngine`` / ``JLEngine`` (r = ``cell.jl_dimension``)
-    ``clipped_sum`` then ``DPOptimizer.step``; ``opacus_<mode>``: Opacus' own loop. ``batch_size``
-    is the (expected) lot size the DP optimizers are told; it should match ``len(inputs)``.
+    dpcore's methods (``nonprivate``, ``dpsgd_exact``, ``dpsgd_vmap``, ``dpsgd_jl``) are
+    :func:`dpcore.runs.torch_cells.step_function`'s; ``opacus_<mode>``: Opacus' own loop.
+    ``batch_size`` is the (expected) lot size the DP optimizers are told; it should match
+    ``len(inputs)``.
     """
-    import torch
-
-    from dpcore.torch.optimizers import DPOptimizer
-    from dpcore.torch.per_example.fast import FastEngine
-    from dpcore.torch.per_example.jl import JLEngine
-    from dpcore.torch.per_example.vmap import VmapEngine
-
-    per_example, mean_loss = _losses(cell.model)
-    optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
-    if cell.method == "nonprivate":
-
-        def nonprivate() -> None:
-            optimizer.zero_grad(set_to_none=True)
-            mean_loss(model(inputs), targets).backward()
-            optimizer.step()
-
-        return nonprivate
-    if cell.method.startswith("dpsgd_"):
-        engine: Any
-        if cell.method == "dpsgd_exact":
-            engine = FastEngine(model, max_grad_norm=MAX_GRAD_NORM)
-        elif cell.method == "dpsgd_vmap":
-            engine = VmapEngine(model, max_grad_norm=MAX_GRAD_NORM)
-        else:
-            assert cell.jl_dimension is not None
-            engine = JLEngine(model, max_grad_norm=MAX_GRAD_NORM, jl_dimension=cell.jl_dimension)
-        private = DPOptimizer(
-            optimizer,
-            engine=engine,
-            noise_multiplier=NOISE_MULTIPLIER,
-            expected_batch_size=batch_size,
-        )
-
-        def dpsgd() -> None:
-            private.step(engine.clipped_sum(inputs, targets, per_example))
-
-        return dpsgd
-    mode = cell.method.removeprefix("opacus_")
-    return _opacus_step(mode, model, inputs, targets, mean_loss, batch_size)
+    if cell.method.startswith("opacus_"):
+        _, mean_loss = torch_cells.losses(cell.model)
+        mode = cell.method.removeprefix("opacus_")
+        return _opacus_step(mode, model, inputs, targets, mean_loss, batch_size)
+    return torch_cells.step_function(cell, model, inputs, targets, batch_size)
 
 
 def _opacus_step(

@@ -80,13 +80,7 @@ _DASH_M = re.compile(r"-m\s+((bench|reproductions|audits)(\.[A-Za-z_]\w*)*)")
 
 #: Imports between support folders not yet removed, each named: (importing file, module). The
 #: test fails on any other, and on any of these once it is gone (so the list only shrinks).
-#: - the Bu et al. 2021 memory reproduction (Tables 3-4) -> the memory benchmark's cells
-#:   (``bench``: its models, lots and steps, and their source in the measuring code's
-#:   fingerprint): to become benchmark cells in bench/ whose saved results it reports.
-KNOWN = {
-    ("reproductions/bu2021_jl/memory.py", "bench"),
-    ("reproductions/bu2021_jl/memory_worker.py", "bench"),
-}
+KNOWN: set[tuple[str, str]] = set()
 
 
 def _docstrings(tree: ast.Module) -> set[int]:

@@ -13,8 +13,9 @@ the study's ``build`` hook, measures it, and prints the row as the one result li
   :class:`~dpcore.runs.workers.WorkerResult`; :func:`run_timing` and :func:`run_capped` turn it
   into the result rows of a timing and of a memory study.
 
-Benchmarks and reproductions share these (``bench.cells`` holds the benchmark's own models and
-steps). torch is imported only inside the functions that need it.
+Benchmarks and reproductions share these, and the lots and steps of dpcore's training methods
+that a ``build`` hook is made of (:mod:`dpcore.runs.torch_cells`). torch is imported only inside
+the functions that need it.
 """
 
 from __future__ import annotations

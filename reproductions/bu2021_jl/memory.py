@@ -13,12 +13,12 @@ dpcore's JL engine evaluates the r forward-mode projections in one vectorised pa
 "one pass per direction" evaluate them one at a time (``vmap_directions=False``), the memory-lean
 way.
 
-Measurement reuses the memory benchmark's (:func:`bench.cells.run_capped`): each lot size runs in
-a fresh process (``python -m reproductions.bu2021_jl.memory_worker --worker``: one warm-up and one
-timed step) whose resident set the parent polls and kills above the cap (peak host RSS; on CUDA
-the cap applies to ``torch.cuda.max_memory_allocated`` instead). Lots are powers of two, searched
-by bisection on the exponent (peak memory grows with the lot), so a method costs about
-log2(range) + 1 processes.
+Measurement is the memory benchmark's: its steps (:mod:`dpcore.runs.torch_cells`) under its cap
+(:func:`dpcore.runs.cells.run_capped`). Each lot size runs in a fresh process (``python -m
+reproductions.bu2021_jl.memory_worker --worker``: one warm-up and one timed step) whose resident
+set the parent polls and kills above the cap (peak host RSS; on CUDA the cap applies to
+``torch.cuda.max_memory_allocated`` instead). Lots are powers of two, searched by bisection on the
+exponent (peak memory grows with the lot), so a method costs about log2(range) + 1 processes.
 
 The full profile keeps each probe in its :class:`~reproductions.harness.Output`'s run store
 (``reproductions/checkpoints/`` by default) so that a run cut off part-way resumes; each is keyed
@@ -34,14 +34,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench import cells
+from dpcore.runs import cells, torch_cells
 from dpcore.runs import measurements as cache
 from dpcore.runs.cells import Cell
 from dpcore.runs.workers import is_oom
 from reproductions.bu2021_jl import config as paper
 from reproductions.bu2021_jl.memory_worker import MODULE, SMALL_HIDDEN, WIDE_HIDDEN, _variant
 from reproductions.common import code_fingerprint
-from reproductions.harness import Output
+from reproductions.harness import ROOT, Output
 
 STEM = "bu2021_jl_memory"
 TABLE = "memory-table"
@@ -50,7 +50,8 @@ TABLE = "memory-table"
 MEASURING_CODE = (
     "dpcore.torch",
     "dpcore.runs.workers",
-    "bench",
+    "dpcore.runs.cells",
+    "dpcore.runs.torch_cells",
     MODULE,
     "reproductions.bu2021_jl.memory",
 )
@@ -70,7 +71,7 @@ _NOT_IN_PROBE_KEY = (
 class Method:
     """One training method of the tables."""
 
-    method: str  # nonprivate, dpsgd_exact or dpsgd_jl (bench.cells.step_function's names)
+    method: str  # nonprivate, dpsgd_exact or dpsgd_jl (dpcore.runs.torch_cells' names)
     r: int | None = None
     per_direction: bool = False
 
@@ -223,9 +224,9 @@ def probe_key(
         "cell": dataclasses.asdict(cell),
         "batch_size": lot,
         "config": fields,
-        "noise_multiplier": cells.NOISE_MULTIPLIER,
-        "max_grad_norm": cells.MAX_GRAD_NORM,
-        "learning_rate": cells.LEARNING_RATE,
+        "noise_multiplier": torch_cells.NOISE_MULTIPLIER,
+        "max_grad_norm": torch_cells.MAX_GRAD_NORM,
+        "learning_rate": torch_cells.LEARNING_RATE,
         **setup,
     }
 
@@ -261,6 +262,7 @@ def run_probe(
         threads=config.threads,
         timeout=config.timeout,
         module=MODULE,
+        cwd=ROOT,
         device=device,
     )
     row = {

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import cells
 from dpcore.errors import InvalidParameterError
+from dpcore.runs import cells, torch_cells
 from dpcore.runs import measurements as cache
 from dpcore.runs.cells import Cell
 from dpcore.torch.models import tf_privacy_mnist_cnn
@@ -142,7 +142,7 @@ def test_worker_peak_memory_is_its_own_not_the_parents() -> None:
 
     import numpy as np
 
-    from bench.cells import ROOT
+    from reproductions.harness import ROOT
 
     ballast = np.ones(80_000_000)  # 640 MB resident in this (parent) process
     child = subprocess.run(
@@ -234,7 +234,7 @@ def test_a_cached_probe_is_reused_only_under_its_own_key(
     probe(here={**setup, "torch": "3.x"})
     assert len(calls) == 6
     with monkeypatch.context() as patch:
-        patch.setattr(cells, "NOISE_MULTIPLIER", 2.0)
+        patch.setattr(torch_cells, "NOISE_MULTIPLIER", 2.0)
         probe()
     assert len(calls) == 7
     # the search ranges and the list of methods say which probes run, not what one measures
@@ -260,8 +260,8 @@ def test_the_probe_key_holds_the_code_fingerprint(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(memory, "code_fingerprint", lambda *names: modules.append(names) or "f")
     here = memory.measuring_setup("cpu", "CPU, 1 torch thread(s)")
     assert here["code"] == "f"
-    assert {"dpcore.torch", "bench", memory.MODULE} <= set(modules[0])
+    assert {"dpcore.torch", "dpcore.runs.torch_cells", memory.MODULE} <= set(modules[0])
     key = memory.probe_key(memory.PROFILES["full"], here, "small", Cell("m", "nonprivate"), 4096)
-    assert key["batch_size"] == 4096 and key["noise_multiplier"] == cells.NOISE_MULTIPLIER
+    assert key["batch_size"] == 4096 and key["noise_multiplier"] == torch_cells.NOISE_MULTIPLIER
     assert key["config"]["cap_mb"] == 8192.0 and key["code"] == "f"
     assert "small_log2" not in key["config"] and "methods" not in key["config"]
