@@ -1,8 +1,16 @@
-"""``python -m audits [--only NAME ...]``: run the audits, save results, write the report."""
+"""``python -m audits [--only NAME ...] [--executor E]``: run the audits, save results, write the
+report.
+
+``--executor`` (:func:`dpcore.runs.run_many`'s choices: ``local``, ``processes:N``,
+``dask[:ADDRESS]``, ``ray[:ADDRESS]``, ``slurm``) fans each audit's runs out; the result files
+are the same as in this process (every run has its own seed). Finished runs are kept in the
+audits' run stores (``audits/results/runs/``), so an interrupted audit resumes.
+"""
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 import time
 from collections.abc import Callable
@@ -21,9 +29,11 @@ from audits import (
     sampler_audit,
 )
 from audits.implementations import table as implementations
+from dpcore.errors import InvalidParameterError
+from dpcore.runs import parse_executor
 
 #: name -> (run, write the report from the saved results)
-AUDITS: dict[str, tuple[Callable[[], Any], Callable[[], None]]] = {
+AUDITS: dict[str, tuple[Callable[..., Any], Callable[[], None]]] = {
     "mechanisms": (mechanisms.run, lambda: report.write("mechanisms")),
     "clt_check": (clt_check.run, clt_check.write_report),
     "dpsgd_whitebox": (dpsgd_whitebox.run, dpsgd_whitebox.write_report),
@@ -40,11 +50,27 @@ AUDITS: dict[str, tuple[Callable[[], Any], Callable[[], None]]] = {
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m audits", description=__doc__)
     parser.add_argument("--only", nargs="+", choices=sorted(AUDITS), default=None)
+    parser.add_argument(
+        "--executor",
+        default=None,
+        help="where runs go: local, processes:N, dask[:ADDRESS], ray[:ADDRESS], slurm",
+    )
     args = parser.parse_args(argv)
+    if args.executor is not None:
+        try:
+            parse_executor(args.executor)
+        except InvalidParameterError as error:
+            parser.error(f"--executor: {error}")
     for name in args.only or list(AUDITS):
         start = time.perf_counter()
         run, write_report = AUDITS[name]
-        run()
+        options: dict[str, Any] = {}
+        if args.executor is not None:
+            if "executor" in inspect.signature(run).parameters:
+                options["executor"] = args.executor
+            else:
+                print(f"{name}: --executor not used (it runs in this process)")
+        run(**options)
         write_report()
         print(f"{name}: done in {time.perf_counter() - start:.1f} s")
     return 0

@@ -1,12 +1,14 @@
 """The false-alarm rate of the default ``audit_implementation`` call, measured on correct loops.
 
-``python -m audits.implementations.false_alarms [--runs N]`` runs the default call (one seed,
-Holm at 0.05 over all its audits) on the correct implementations, one seed offset per run, and
-counts the runs with any flag. Each finished run is appended to
-``audits/results/implementations_false_alarms.partial.jsonl``, so a killed run resumes where it
-stopped; at the end it writes ``audits/results/implementations_false_alarms.json`` and
-regenerates :mod:`dpcore.auditing.false_alarms` (the rate every report prints beside its
-verdicts). Run it with ``OMP_NUM_THREADS=1``.
+``python -m audits.implementations.false_alarms [--runs N] [--executor E]`` runs the default
+call (one seed, Holm at 0.05 over all its audits) on the correct implementations, one seed
+offset per run, and counts the runs with any flag. Each run is one
+:class:`~audits.implementations.seed_runs.SeedRun` in the implementation audits' run store
+(seeds 0, 1, ... of each implementation: those the table ran are read back, not rerun), so a
+killed measurement resumes where it stopped; at the end it writes
+``audits/results/implementations_false_alarms.json`` and regenerates
+:mod:`dpcore.auditing.false_alarms` (the rate every report prints beside its verdicts).
+Run it with ``OMP_NUM_THREADS=1``.
 """
 
 from __future__ import annotations
@@ -22,12 +24,14 @@ from scipy import stats
 from audits.implementations.dpcore_torch import DpcoreTorch
 from audits.implementations.opacus_adapter import Opacus
 from audits.implementations.plain_torch import PlainTorchDpSgd
+from audits.implementations.seed_runs import SeedRun, run_seeds
 from audits.results_io import RESULTS, ROOT
-from dpcore.auditing import audit_implementation
+from dpcore.atomic import atomic_write_text
+from dpcore.auditing.audit_settings import PER_STEP_SETTINGS
 from dpcore.auditing.implementation import Implementation
+from dpcore.auditing.verdicts import summarise as summarise_rows
 from dpcore.provenance import provenance
 
-PARTIAL = RESULTS / "implementations_false_alarms.partial.jsonl"
 OUTPUT = RESULTS / "implementations_false_alarms.json"
 MODULE = ROOT / "dpcore" / "auditing" / "false_alarms.py"
 #: (implementation, share of the runs): the hand-written loop is the cheapest
@@ -36,56 +40,48 @@ MIX: tuple[tuple[Implementation, float], ...] = (
     (DpcoreTorch(), 0.2),
     (Opacus(poisson_sampling=True), 0.2),
 )
+LEVEL = 0.05
 
 
-def plan(runs: int) -> list[tuple[Implementation, int]]:
-    """(implementation, seed offset) of every run, interleaved so that a partial run is mixed."""
+def plan(runs: int) -> list[SeedRun]:
+    """The default call's runs: seeds 0, 1, ... of each implementation in ``MIX``, interleaved
+    so that a partial measurement is mixed (seeds the table ran come from the store)."""
     counts = [math.floor(share * runs) for _, share in MIX]
     counts[0] += runs - sum(counts)
-    out: list[tuple[Implementation, int]] = []
+    out: list[SeedRun] = []
     for index in range(max(counts)):
         for (implementation, _), count in zip(MIX, counts, strict=True):
             if index < count:
-                out.append((implementation, 10_000 + index))
+                out.append(SeedRun(implementation.name, index))
     return out
 
 
-def _done() -> dict[tuple[str, int], dict[str, Any]]:
-    done: dict[tuple[str, int], dict[str, Any]] = {}
-    if PARTIAL.is_file():
-        for line in PARTIAL.read_text().splitlines():
-            record = json.loads(line)
-            done[(record["implementation"], record["seed"])] = record
-    return done
+def record(spec: SeedRun, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One default call: its audits decided together (Holm at ``LEVEL``), what it flagged."""
+    report = summarise_rows(rows, LEVEL)
+    return {
+        "implementation": spec.implementation,
+        "seed": spec.seed,
+        "flagged": [row["audit"] for row in report if row["verdict"] != "consistent"],
+        "p_values": {row["audit"]: row["p_value"] for row in report},
+        "epsilon_lower": {
+            row["audit"]: row["epsilon_lower"] for row in report if row["epsilon_lower"] is not None
+        },
+        "certified_epsilon": {row["audit"]: row["certified_epsilon"] for row in report},
+    }
 
 
-def run(runs: int = 200) -> dict[str, Any]:
+def run(runs: int = 200, *, executor: Any = None) -> dict[str, Any]:
     """Run (or resume) the measurement; write the results and the module; return the summary."""
     RESULTS.mkdir(parents=True, exist_ok=True)
-    done = _done()
-    for implementation, seed in plan(runs):
-        if (implementation.name, seed) in done:
-            continue
-        report = audit_implementation(implementation, seed_offset=seed)
-        record = {
-            "implementation": implementation.name,
-            "seed": seed,
-            "flagged": [row["audit"] for row in report if row["verdict"] != "consistent"],
-            "p_values": {row["audit"]: row["p_value"] for row in report},
-            "epsilon_lower": {
-                row["audit"]: row["epsilon_lower"]
-                for row in report
-                if row["epsilon_lower"] is not None
-            },
-            "certified_epsilon": {row["audit"]: row["certified_epsilon"] for row in report},
-        }
-        with PARTIAL.open("a") as stream:
-            stream.write(json.dumps(record, allow_nan=False) + "\n")
-        done[(implementation.name, seed)] = record
-        print(f"{len(done)}/{runs} {implementation.name} seed {seed}: {record['flagged']}")
-    summary = summarise([done[(i.name, s)] for i, s in plan(runs)])
+    specs = plan(runs)
+    records = [
+        record(spec, rows)
+        for spec, rows in zip(specs, run_seeds(specs, executor=executor), strict=True)
+    ]
+    summary = summarise(records)
     summary["provenance"] = provenance(root=ROOT, audit="implementation false alarms")
-    OUTPUT.write_text(json.dumps(summary, indent=1, allow_nan=False) + "\n")
+    atomic_write_text(OUTPUT, json.dumps(summary, indent=1, allow_nan=False) + "\n")
     write_module(summary)
     return summary
 
@@ -114,6 +110,7 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
         "flags_per_audit": per_audit,
         "runs_and_flags_per_implementation": per_implementation,
         "call": "audit_implementation(implementation, seed_offset=s): default settings, one seed",
+        "settings": {"per_step_runs_per_world": PER_STEP_SETTINGS.runs},
     }
 
 
@@ -121,12 +118,13 @@ def write_module(summary: dict[str, Any]) -> None:
     """Regenerate :mod:`dpcore.auditing.false_alarms` from the measurement."""
     measured = {k: summary[k] for k in ("runs", "flagged_runs", "rate", "interval_95", "level")}
     measured["commit"] = summary["provenance"].get("commit")
-    MODULE.write_text(
+    atomic_write_text(
+        MODULE,
         '"""The false-alarm rate of the default :func:`~dpcore.auditing.audit_implementation` '
         "call,\nmeasured on correct implementations (written by ``python -m "
         "audits.implementations.false_alarms``;\nnot typed by hand). ``MEASURED`` is None until "
         'it has been measured."""\n\nfrom __future__ import annotations\n\nfrom typing import '
-        f"Any\n\nMEASURED: dict[str, Any] | None = {pprint.pformat(measured, width=90)}\n"
+        f"Any\n\nMEASURED: dict[str, Any] | None = {pprint.pformat(measured, width=90)}\n",
     )
 
 
@@ -134,7 +132,9 @@ def main() -> None:
     """Command line: ``--runs N`` (default 200)."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=200)
-    summary = run(parser.parse_args().runs)
+    parser.add_argument("--executor", default=None, help="local, processes:N, dask, ray, slurm")
+    arguments = parser.parse_args()
+    summary = run(arguments.runs, executor=arguments.executor)
     print(json.dumps({k: v for k, v in summary.items() if k != "provenance"}, indent=1))
 
 

@@ -4,8 +4,9 @@
 ``audits/results/implementations.json`` (``{"rows": [...]}``, one row per library
 implementation and audit, seeds summarised), ``implementations_planted.json`` (the same for the
 hand-written loop and its planted bugs), ``implementations_seeds.json`` (every seed's row) and
-the README tables between their markers. Each (implementation, seed) is appended to a partial
-file as it finishes, so a killed run resumes where it stopped.
+the README tables between their markers. Each (implementation, seed) is one run of
+:mod:`audits.implementations.seed_runs`, kept in the audits' run store as it finishes, so a
+killed run resumes where it stopped, and ``--executor`` fans the runs out.
 
 Implementations: dpcore (Poisson lots), Opacus 1.6 with Poisson sampling and with its loader's
 shuffled batches, TF Privacy 0.9 (``model.fit``; skipped, and said so, where its environment is
@@ -21,8 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 from audits.implementations.distributed_worker import NOISE_AVERAGED
@@ -30,6 +29,7 @@ from audits.implementations.dpcore_distributed import DpcoreDistributed
 from audits.implementations.dpcore_torch import DpcoreTorch
 from audits.implementations.opacus_adapter import Opacus
 from audits.implementations.plain_torch import PLANTED_BUGS, PlainTorchDpSgd
+from audits.implementations.seed_runs import SeedRun, run_seeds
 from audits.implementations.tf_privacy import TfPrivacy, python
 from audits.results_io import RESULTS, ROOT
 from dpcore.auditing.implementation import Implementation
@@ -37,7 +37,6 @@ from dpcore.auditing.implementation_audits import (
     ONE_RUN_SETTINGS,
     PER_STEP_SETTINGS,
     AuditSettings,
-    audit_seed,
 )
 from dpcore.auditing.verdicts import summarise
 from dpcore.provenance import provenance
@@ -59,9 +58,9 @@ class ImplementationsConfig:
 
     per_step: AuditSettings = PER_STEP_SETTINGS
     one_run: AuditSettings = ONE_RUN_SETTINGS
-    #: the default call's 200-run false-alarm measurement (``false_alarms.py``) covers dpcore,
-    #: Opacus (Poisson) and the hand-written loop over 40 or more seeds each
-    seeds: int = 5
+    #: every correct implementation over 20 seeds; the default call's 200-run false-alarm
+    #: measurement (``false_alarms.py``) reuses these runs and adds seeds of its own
+    seeds: int = 20
     bug_seeds: int = 5
     #: dpcore's data-parallel trainer runs every task in 2 spawned processes (several seconds
     #: each), so it gets fewer runs per world
@@ -100,33 +99,8 @@ def implementations() -> list[tuple[Implementation, str]]:
     )
 
 
-def _partial() -> Path:
-    return RESULTS / "implementations.partial.jsonl"
-
-
-def _done() -> dict[tuple[str, int], list[dict[str, Any]]]:
-    done: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    if _partial().is_file():
-        for line in _partial().read_text().splitlines():
-            record = json.loads(line)
-            done[(record["implementation"], record["seed"])] = record["rows"]
-    return done
-
-
-def _progress(total: int) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    try:
-        from tqdm import tqdm
-    except ImportError:  # pragma: no cover - progress extra missing
-        return lambda items: items
-    return lambda items: tqdm(items, total=total, desc="implementation audits")
-
-
-def run(config: ImplementationsConfig = ImplementationsConfig()) -> list[dict[str, Any]]:
-    """Run (or resume) every audit; save the seed rows, the summary and the README table."""
-    import torch
-
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    done = _done()
+def plan(config: ImplementationsConfig = ImplementationsConfig()) -> list[SeedRun]:
+    """Every (implementation, seed, settings) the table needs, in table order."""
     seeds = {
         "correct": config.seeds,
         "bug": config.bug_seeds,
@@ -137,33 +111,24 @@ def run(config: ImplementationsConfig = ImplementationsConfig()) -> list[dict[st
         "distributed": config.distributed_per_step,
         "distributed bug": config.distributed_per_step,
     }
-    plan = [
-        (implementation, seed, per_step.get(kind, config.per_step))
+    return [
+        SeedRun(implementation.name, seed, per_step.get(kind, config.per_step), config.one_run)
         for implementation, kind in implementations()
         for seed in range(seeds[kind])
     ]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny lots: intra-op threads only contend
-    try:
-        for implementation, seed, settings in _progress(len(plan))(iter(plan)):
-            if (implementation.name, seed) in done:
-                continue
-            rows = audit_seed(implementation, per_step=settings, one_run=config.one_run, seed=seed)
-            with _partial().open("a") as stream:
-                record = {"implementation": implementation.name, "seed": seed, "rows": rows}
-                stream.write(json.dumps(record, allow_nan=False) + "\n")
-            done[(implementation.name, seed)] = rows
-    finally:
-        torch.set_num_threads(threads)
-        for implementation, _ in implementations():
-            close = getattr(implementation, "close", None)
-            if close is not None:
-                close()
-    order = [(impl.name, seed) for impl, seed, _ in plan]
-    every = [row for key in sorted(done, key=order.index) for row in done[key]]
-    summary = save(every, config)
-    _partial().unlink(missing_ok=True)
-    return summary
+
+
+def run(
+    config: ImplementationsConfig = ImplementationsConfig(), *, executor: Any = None
+) -> list[dict[str, Any]]:
+    """Run (or resume, from the run store) every audit; save the seed rows and the summary.
+
+    ``executor`` fans the (implementation, seed) runs out (:func:`dpcore.runs.run_many`'s
+    choices); the results do not depend on it.
+    """
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    every = [row for rows in run_seeds(plan(config), executor=executor) for row in rows]
+    return save(every, config)
 
 
 def save(every: list[dict[str, Any]], config: ImplementationsConfig) -> list[dict[str, Any]]:

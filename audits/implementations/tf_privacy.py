@@ -17,6 +17,7 @@ import os
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -46,6 +47,13 @@ class TfPrivacy:
     def __init__(self) -> None:
         self._worker: subprocess.Popen[str] | None = None
         self._folder: tempfile.TemporaryDirectory[str] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without its worker: each process starts its own when it first trains."""
+        return {}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__()  # type: ignore[misc]
 
     def _start(self) -> subprocess.Popen[str]:
         if self._worker is None:

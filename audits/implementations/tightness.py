@@ -1,9 +1,9 @@
 """How tight the implementation audits' epsilon lower bounds are at the default compute.
 
-``python -m audits.implementations.tightness [--seeds N] [--runs R]`` runs the per-step audit
-(default settings: MLP task, claimed epsilon 4, T = 100, 8 runs per world, or ``R`` runs per
-world, written beside as ``implementations_tightness_runsR.json``; the Gaussian-scores route
-needs about 60 for 0.8 of epsilon, see
+``python -m audits.implementations.tightness [--seeds N] [--runs R] [--executor E]`` runs the
+per-step audit (default settings: MLP task, claimed epsilon 4, T = 100, 76 runs per world, or
+``R`` runs per world, written beside as ``implementations_tightness_runsR.json``; the
+Gaussian-scores route needs about 60 for 0.8 of epsilon, see
 :func:`dpcore.auditing.stepwise.mu_ratio_for_epsilon_ratio`) and the one-run audit
 (linear task, 1000 canaries, claimed epsilon 2, T = 100) on the correct hand-written loop over
 ``N`` seeds (default 20) and writes ``audits/results/implementations_tightness.json``: per
@@ -25,13 +25,10 @@ import numpy as np
 from scipy import stats
 
 from audits.implementations.plain_torch import PlainTorchDpSgd
+from audits.implementations.seed_runs import SeedRun, run_seeds
 from audits.results_io import RESULTS, ROOT
-from dpcore.auditing.implementation_audits import (
-    ONE_RUN_SETTINGS,
-    PER_STEP_SETTINGS,
-    one_run_audit,
-    whitebox_audit,
-)
+from dpcore.atomic import atomic_write_text
+from dpcore.auditing.implementation_audits import ONE_RUN_SETTINGS, PER_STEP_SETTINGS
 from dpcore.provenance import provenance
 
 OUTPUT = RESULTS / "implementations_tightness.json"
@@ -43,22 +40,26 @@ BOUNDS = {
 }
 
 
-def run(seeds: int = 20, runs: int = PER_STEP_SETTINGS.runs) -> dict[str, Any]:
-    """Measure and write the tightness record (per-step audit at ``runs`` per world); return it."""
-    implementation = PlainTorchDpSgd()
+def run(
+    seeds: int = 20, runs: int = PER_STEP_SETTINGS.runs, *, executor: Any = None
+) -> dict[str, Any]:
+    """Measure and write the tightness record (per-step audit at ``runs`` per world); return it.
+
+    The runs are the hand-written loop's :class:`~audits.implementations.seed_runs.SeedRun`
+    (seeds 0 .. seeds - 1, default settings but ``runs``): at the defaults they are the table's
+    own runs, read back from the run store.
+    """
+    name = PlainTorchDpSgd().name
     per_step_settings = dataclasses.replace(PER_STEP_SETTINGS, runs=runs)
+    specs = [SeedRun(name, seed, per_step_settings, ONE_RUN_SETTINGS) for seed in range(seeds)]
     rows: list[dict[str, Any]] = []
-    for seed in range(seeds):
-        per_step = whitebox_audit(implementation, per_step_settings, seed=seed)[0]
-        one_run = one_run_audit(implementation, ONE_RUN_SETTINGS, seed=seed)
-        record: dict[str, Any] = {"seed": seed}
-        for name, (audit, key) in BOUNDS.items():
-            row = per_step if audit == "whitebox_per_step" else one_run
-            record[name] = {"epsilon_lower": row[key], "certified": row["certified_epsilon"]}
+    for spec, seed_rows in zip(specs, run_seeds(specs, executor=executor), strict=True):
+        by_audit = {row["audit"]: row for row in seed_rows}
+        record: dict[str, Any] = {"seed": spec.seed}
+        for bound, (audit, key) in BOUNDS.items():
+            row = by_audit[audit]
+            record[bound] = {"epsilon_lower": row[key], "certified": row["certified_epsilon"]}
         rows.append(record)
-        print(
-            seed, {k: round(v["epsilon_lower"] or 0.0, 3) for k, v in record.items() if k != "seed"}
-        )
     summary: dict[str, Any] = {}
     for name in BOUNDS:
         printed = [r[name] for r in rows if r[name]["epsilon_lower"] is not None]
@@ -91,7 +92,7 @@ def run(seeds: int = 20, runs: int = PER_STEP_SETTINGS.runs) -> dict[str, Any]:
         if runs == PER_STEP_SETTINGS.runs
         else OUTPUT.with_name(f"{OUTPUT.stem}_runs{runs}.json")
     )
-    output.write_text(json.dumps(record_all, indent=1, allow_nan=False) + "\n")
+    atomic_write_text(output, json.dumps(record_all, indent=1, allow_nan=False) + "\n")
     return record_all
 
 
@@ -100,8 +101,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--runs", type=int, default=PER_STEP_SETTINGS.runs)
+    parser.add_argument("--executor", default=None, help="local, processes:N, dask, ray, slurm")
     arguments = parser.parse_args()
-    result = run(arguments.seeds, arguments.runs)
+    result = run(arguments.seeds, arguments.runs, executor=arguments.executor)
     print(json.dumps(result["summary"], indent=1))
 
 

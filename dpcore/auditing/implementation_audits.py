@@ -46,7 +46,8 @@ and :mod:`~dpcore.auditing.implementation_sampler`; this module runs them togeth
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from dpcore.auditing.audit_runs import _task as _task
@@ -63,9 +64,11 @@ from dpcore.auditing.implementation_one_run import one_run_audit
 from dpcore.auditing.implementation_sampler import sampler_audit
 from dpcore.auditing.implementation_whitebox import whitebox_audit
 from dpcore.auditing.per_step_claim import per_step_p_value as per_step_p_value
+from dpcore.auditing.shipping import check_shippable
 from dpcore.auditing.structural import AuditNotApplicableError
 from dpcore.auditing.verdicts import FLAGGED, WHITEBOX_AUDITS, AuditReport, summarise
 from dpcore.errors import InvalidParameterError
+from dpcore.runs.executors import ExecutorChoice, open_executor
 from dpcore.validation import check_count
 
 __all__ = [
@@ -98,21 +101,33 @@ def audit_seed(
     per_step: AuditSettings = PER_STEP_SETTINGS,
     one_run: AuditSettings = ONE_RUN_SETTINGS,
     seed: int = 0,
+    executor: Any = None,
 ) -> list[dict[str, Any]]:
     """Every audit of one implementation at one seed (a "not applicable" row where one cannot
     run): the per-step and structural rows, the one-run row and the sampler row.
 
     The one-run and sampler audits run in the one-run setting (sigma, T), on the linear task.
+    ``executor`` trains the per-step audit's runs (see :func:`whitebox_audit`).
     """
     check_count("seed", seed)
     rows: list[dict[str, Any]] = []
     try:
-        rows += whitebox_audit(implementation, per_step, seed=seed)
+        rows += whitebox_audit(implementation, per_step, seed=seed, executor=executor)
     except AuditNotApplicableError as reason:
         rows += _not_applicable(implementation.name, WHITEBOX_AUDITS, seed, str(reason))
     rows.append(one_run_audit(implementation, one_run, seed=seed))
     rows.append(sampler_audit(implementation, one_run, seed=seed))
     return rows
+
+
+@contextlib.contextmanager
+def _opened(executor: Any) -> Iterator[Any]:
+    """A named executor opened for the call (None for in-process), an object as it is."""
+    if isinstance(executor, str | ExecutorChoice):
+        with open_executor(executor) as opened:
+            yield opened
+    else:
+        yield executor
 
 
 def _progress(items: Sequence[int], show: bool) -> Iterable[int]:
@@ -136,6 +151,7 @@ def audit_implementation(
     level: float = 0.05,
     progress: bool = False,
     on_seed: Callable[[int, list[dict[str, Any]]], None] | None = None,
+    executor: Any = None,
 ) -> AuditReport:
     """Audit an implementation: every audit on seeds ``seed_offset .. seed_offset + seeds - 1``.
 
@@ -157,9 +173,16 @@ def audit_implementation(
         level: family-wise error of the call, in (0, 1).
         progress: show a progress bar over the seeds (tqdm, if installed).
         on_seed: called with (seed, that seed's rows) as each seed finishes.
+        executor: where the per-step audit's training runs go (:func:`dpcore.runs.run_many`'s
+            choices: None in this process, ``"processes:N"``, ``"dask[:ADDRESS]"``,
+            ``"ray[:ADDRESS]"``, ``"slurm"``, or an object with ``submit()``), opened once for
+            the call. The rows are the same whatever runs them (each run has its own seed); a
+            named executor pickles ``implementation`` into its workers.
 
     Raises:
-        InvalidParameterError: a parameter out of range (naming it).
+        InvalidParameterError: a parameter out of range (naming it), ``executor`` not a valid
+            choice, or an implementation that does not pickle for a named executor.
+        EngineMissingError: the named engine is not installed.
 
     Example: see the README section "Audit your own DP-SGD".
     """
@@ -169,12 +192,16 @@ def audit_implementation(
     for name, value in (("per_step", per_step), ("one_run", one_run)):
         if not isinstance(value, AuditSettings):
             raise InvalidParameterError(name, "an AuditSettings", value)
+    check_shippable(implementation, executor)
     rows: list[dict[str, Any]] = []
-    for seed in _progress(range(seed_offset, seed_offset + seeds), progress):
-        seed_rows = audit_seed(implementation, per_step=per_step, one_run=one_run, seed=seed)
-        rows += seed_rows
-        if on_seed is not None:
-            on_seed(seed, seed_rows)
+    with _opened(executor) as opened:
+        for seed in _progress(range(seed_offset, seed_offset + seeds), progress):
+            seed_rows = audit_seed(
+                implementation, per_step=per_step, one_run=one_run, seed=seed, executor=opened
+            )
+            rows += seed_rows
+            if on_seed is not None:
+                on_seed(seed, seed_rows)
     from dpcore.auditing.false_alarms import MEASURED
 
     return AuditReport(summarise(rows, level, MEASURED), rows, level, MEASURED)

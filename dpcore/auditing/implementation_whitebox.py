@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import time
 from typing import Any
 
@@ -21,50 +23,101 @@ from dpcore.auditing.implementation import (
     Implementation,
 )
 from dpcore.auditing.per_step_claim import _mu_for_epsilon, per_step_p_value
+from dpcore.auditing.shipping import check_shippable
 from dpcore.auditing.stepwise import composed_lower_bound, held_out_threshold_bound, two_tailed_grid
+from dpcore.auditing.structural import AuditNotApplicableError
+from dpcore.runs.fanout import run_many
 from dpcore.validation import check_count
 
 
-def whitebox_audit(
-    implementation: Implementation, settings: AuditSettings = PER_STEP_SETTINGS, *, seed: int = 0
-) -> list[dict[str, Any]]:
-    """The per-step audit and the structural tests (module doc): seven rows.
+@dataclasses.dataclass(frozen=True)
+class _Unit:
+    """One training run of the audit: ``kind`` "out", "in" or "tiny", and its index."""
 
-    Raises:
-        AuditNotApplicableError: the implementation does not report its lots.
-    """
-    check_count("seed", seed)
-    start = time.perf_counter()
-    outs: list[structural.RunAnalysis] = []
-    ins: list[structural.RunAnalysis] = []
-    tiny: list[structural.RunAnalysis] = []
-    lots: list[list[np.ndarray]] = []
-    claimed: Claim | None = None
-    dataset_size = 0
-    for run in range(settings.runs):
-        base = 1_000_003 * seed + 2 * run
-        # the implementation prices its claim once (in the first run), not in every run
-        out_task = _task(settings, [False], base, report_epsilon=run == 0)
-        observer, claim = _train(implementation, out_task)
-        claimed = claimed or claim
-        lots.append(_lots(observer, claim))
-        dataset_size = out_task.dataset_size
-        outs.append(structural.analyse_run(out_task, claim, observer))
-        in_task = _task(settings, [True], base + 1, report_epsilon=False)
-        observer, claim = _train(implementation, in_task)
-        _lots(observer, claim)
-        ins.append(structural.analyse_run(in_task, claim, observer))
-    for run in range(settings.tiny_runs):
+    kind: str
+    index: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _Trained:
+    """What the auditor keeps of a run (the observer's record, analysed)."""
+
+    analysis: structural.RunAnalysis
+    lots: list[np.ndarray]
+    claim: Claim
+    dataset_size: int
+
+
+def _units(settings: AuditSettings) -> list[_Unit]:
+    pairs = [_Unit(kind, run) for run in range(settings.runs) for kind in ("out", "in")]
+    return pairs + [_Unit("tiny", run) for run in range(settings.tiny_runs)]
+
+
+def _train_unit(
+    implementation: Implementation, settings: AuditSettings, seed: int, unit: _Unit
+) -> _Trained | str:
+    """Train and analyse one run (module level, so that executors can ship it); the reason as a
+    string when the implementation does not report its lots."""
+    base = 1_000_003 * seed + 2 * unit.index
+    if unit.kind == "tiny":
         task = _task(
             settings,
             [False],
-            1_000_003 * seed + 500_000 + run,
+            1_000_003 * seed + 500_000 + unit.index,
             real_records=settings.tiny_records,
             report_epsilon=False,
         )
-        observer, claim = _train(implementation, task)
-        _lots(observer, claim)
-        tiny.append(structural.analyse_run(task, claim, observer))
+    else:
+        canary = unit.kind == "in"
+        # the implementation prices its claim once (in the first run), not in every run
+        report = unit.kind == "out" and unit.index == 0
+        task = _task(settings, [canary], base + canary, report_epsilon=report)
+    observer, claim = _train(implementation, task)
+    try:
+        lots = _lots(observer, claim)
+    except AuditNotApplicableError as reason:
+        return str(reason)
+    return _Trained(structural.analyse_run(task, claim, observer), lots, claim, task.dataset_size)
+
+
+def whitebox_audit(
+    implementation: Implementation,
+    settings: AuditSettings = PER_STEP_SETTINGS,
+    *,
+    seed: int = 0,
+    executor: Any = None,
+) -> list[dict[str, Any]]:
+    """The per-step audit and the structural tests (module doc): seven rows.
+
+    ``executor`` (as in :func:`dpcore.runs.run_many`: None in this process, ``"processes:N"``,
+    an engine, or an object with ``submit()``) trains the ``2 runs + tiny_runs`` runs; the
+    rows do not depend on it (every run has its own seed).
+
+    Raises:
+        AuditNotApplicableError: the implementation does not report its lots.
+        InvalidParameterError: ``implementation`` does not pickle while ``executor`` ships runs
+            to other processes.
+    """
+    check_count("seed", seed)
+    check_shippable(implementation, executor)
+    start = time.perf_counter()
+    units = _units(settings)
+    train = functools.partial(_train_unit, implementation, settings, seed)
+    if executor is None or executor == "local":  # errors reach the caller as they are
+        trained = [train(unit) for unit in units]
+    else:
+        trained = run_many(train, units, executor=executor, progress=False, retries=0)
+    by_kind: dict[str, list[_Trained]] = {"out": [], "in": [], "tiny": []}
+    for unit, result in zip(units, trained, strict=True):
+        if isinstance(result, str):
+            raise AuditNotApplicableError(result)
+        by_kind[unit.kind].append(result)
+    outs = [t.analysis for t in by_kind["out"]]
+    ins = [t.analysis for t in by_kind["in"]]
+    tiny = [t.analysis for t in by_kind["tiny"]]
+    lots = [t.lots for t in by_kind["out"]]
+    claimed: Claim | None = by_kind["out"][0].claim
+    dataset_size = by_kind["out"][-1].dataset_size
     assert claimed is not None
     claim = claimed
     sigma = claim.noise_multiplier
