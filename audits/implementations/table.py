@@ -61,6 +61,9 @@ class ImplementationsConfig:
     #: every correct implementation over 20 seeds; the default call's 200-run false-alarm
     #: measurement (``false_alarms.py``) reuses these runs and adds seeds of its own
     seeds: int = 20
+    #: Opacus' and TF Privacy's shuffled batches, accounted as Poisson lots: the sampler audits
+    #: flag every seed, so 5 seeds show what they must
+    shuffled_seeds: int = 5
     bug_seeds: int = 5
     #: dpcore's data-parallel trainer runs every task in 2 spawned processes (several seconds
     #: each), so it gets fewer runs per world
@@ -82,17 +85,18 @@ def tf_privacy_available() -> bool:
 
 
 def implementations() -> list[tuple[Implementation, str]]:
-    """(implementation, kind): kind is "correct", "bug", "distributed" or "distributed bug"."""
-    correct: list[Implementation] = [
-        DpcoreTorch(),
-        Opacus(poisson_sampling=True),
-        Opacus(poisson_sampling=False),
+    """(implementation, kind): kind is "correct", "shuffled" (correct code whose claim assumes
+    Poisson lots it does not draw), "bug", "distributed" or "distributed bug"."""
+    libraries: list[tuple[Implementation, str]] = [
+        (DpcoreTorch(), "correct"),
+        (Opacus(poisson_sampling=True), "correct"),
+        (Opacus(poisson_sampling=False), "shuffled"),
     ]
     if tf_privacy_available():
-        correct.append(TfPrivacy())
-    correct.append(PlainTorchDpSgd())
+        libraries.append((TfPrivacy(), "shuffled"))
+    libraries.append((PlainTorchDpSgd(), "correct"))
     return (
-        [(i, "correct") for i in correct]
+        libraries
         + [(PlainTorchDpSgd(b), "bug") for b in PLANTED_BUGS]
         + [(DpcoreDistributed(), "distributed")]
         + [(DpcoreDistributed(bug=NOISE_AVERAGED), "distributed bug")]
@@ -103,6 +107,7 @@ def plan(config: ImplementationsConfig = ImplementationsConfig()) -> list[SeedRu
     """Every (implementation, seed, settings) the table needs, in table order."""
     seeds = {
         "correct": config.seeds,
+        "shuffled": config.shuffled_seeds,
         "bug": config.bug_seeds,
         "distributed": config.distributed_seeds,
         "distributed bug": config.distributed_bug_seeds,
