@@ -30,7 +30,9 @@ ONE_RUN = AuditSettings(target_epsilon=2.0, steps=20, sampler_steps=100)
 
 def _plain(rows: list[dict[str, Any]]) -> str:
     """The rows as JSON, without the wall-clock field."""
-    return json.dumps([{k: v for k, v in r.items() if k != "seconds"} for r in rows], sort_keys=True)
+    return json.dumps(
+        [{k: v for k, v in r.items() if k != "seconds"} for r in rows], sort_keys=True
+    )
 
 
 def test_whitebox_rows_do_not_depend_on_the_executor() -> None:
