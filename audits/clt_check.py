@@ -15,15 +15,27 @@ GDP lower bound, then evaluated once on the rest:
 from __future__ import annotations
 
 import dataclasses
+import functools
+import sys
 import time
 from typing import Any
 
 import numpy as np
 
-from audits.results_io import RESULTS, load, save
+from audits.results_io import RESULTS, load, run_store, save
 from dpcore.accountants import GdpCltAccountant, PldAccountant
 from dpcore.auditing import threshold_sweep_lower_bound
 from dpcore.events import dpsgd_event
+from dpcore.runs import ExecutorChoice, SupportsSubmit, run_many
+
+#: the code that determines a run's result (its fingerprint keys the run store)
+SOURCES = (
+    sys.modules[__name__],
+    "dpcore.accountants.gdp_clt",
+    "dpcore.accountants.pld",
+    "dpcore.auditing.statistics",
+    "dpcore.events",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,68 +62,132 @@ def _scores(with_canary: bool, config: CltCheckConfig, rng: np.random.Generator)
     return np.asarray(step_llr.sum(axis=1))
 
 
-def run(config: CltCheckConfig = CltCheckConfig()) -> list[dict[str, Any]]:
-    """Run the check for every seed; save ``clt_check.json``."""
-    event = dpsgd_event(
-        sampling_probability=config.sampling_probability,
-        noise_multiplier=config.noise_multiplier,
-        steps=config.steps,
-    )
+@dataclasses.dataclass(frozen=True)
+class CltRun:
+    """One unit of the CLT check: the simulated runs of one seed, in the one setting."""
+
+    seed: int
+    sampling_probability: float
+    noise_multiplier: float
+    steps: int
+    delta: float
+    runs: int
+    confidence: float
+    held_out_fraction: float
+
+
+@functools.cache
+def _claims(q: float, sigma: float, steps: int, delta: float) -> tuple[float, float, float, float]:
+    """(mu_CLT, CLT epsilon, tight PLD interval's lower and upper end) of DP-SGD(q, sigma, T)."""
+    event = dpsgd_event(sampling_probability=q, noise_multiplier=sigma, steps=steps)
     clt = GdpCltAccountant().compose(event)
-    tight = PldAccountant().compose(event).get_epsilon_interval(config.delta)
-    rows = []
-    for seed in config.seeds:
-        start = time.perf_counter()
-        rng = np.random.default_rng(seed)
-        negative, positive = _scores(False, config, rng), _scores(True, config, rng)
-        cut = int(config.held_out_fraction * config.runs)
-        # Thresholds at false-positive rates across both tails (the CLT is off where few
-        # canary runs score low, i.e. at high false-positive rates).
-        levels = np.concatenate([np.geomspace(2e-5, 0.5, 30), 1 - np.geomspace(2e-5, 0.5, 30)])
-        grid = np.quantile(negative[:cut], 1 - levels)
-        chosen = threshold_sweep_lower_bound(
-            scores_negative=negative[:cut],
-            scores_positive=positive[:cut],
-            thresholds=grid,
+    tight = PldAccountant().compose(event).get_epsilon_interval(delta)
+    return clt.mu, float(clt.get_epsilon(delta)), tight.lower, tight.upper
+
+
+def execute(spec: CltRun) -> dict[str, Any]:
+    """The check for one seed (generator seeded by ``spec.seed``); one result row."""
+    config = CltCheckConfig(
+        sampling_probability=spec.sampling_probability,
+        noise_multiplier=spec.noise_multiplier,
+        steps=spec.steps,
+        delta=spec.delta,
+        runs=spec.runs,
+        seeds=(spec.seed,),
+        confidence=spec.confidence,
+        held_out_fraction=spec.held_out_fraction,
+    )
+    mu_clt, clt_epsilon, tight_lower, tight_upper = _claims(
+        config.sampling_probability, config.noise_multiplier, config.steps, config.delta
+    )
+    start = time.perf_counter()
+    rng = np.random.default_rng(spec.seed)
+    negative, positive = _scores(False, config, rng), _scores(True, config, rng)
+    cut = int(config.held_out_fraction * config.runs)
+    # Thresholds at false-positive rates across both tails (the CLT is off where few
+    # canary runs score low, i.e. at high false-positive rates).
+    levels = np.concatenate([np.geomspace(2e-5, 0.5, 30), 1 - np.geomspace(2e-5, 0.5, 30)])
+    grid = np.quantile(negative[:cut], 1 - levels)
+    chosen = threshold_sweep_lower_bound(
+        scores_negative=negative[:cut],
+        scores_positive=positive[:cut],
+        thresholds=grid,
+        delta=config.delta,
+        confidence=config.confidence,
+        route="gdp",
+    )
+    threshold = [chosen.threshold if chosen.threshold is not None else float(grid[0])]
+    gdp = threshold_sweep_lower_bound(
+        scores_negative=negative[cut:],
+        scores_positive=positive[cut:],
+        thresholds=threshold,
+        delta=config.delta,
+        confidence=config.confidence,
+        route="gdp",
+    )
+    generic = threshold_sweep_lower_bound(
+        scores_negative=negative[cut:],
+        scores_positive=positive[cut:],
+        thresholds=threshold,
+        delta=config.delta,
+        confidence=config.confidence,
+    )
+    return {
+        "audit": "clt_check",
+        "setting": dataclasses.asdict(config) | {"seeds": None},
+        "epsilon_lower": generic.epsilon_lower,
+        "mu_lower": gdp.mu_lower,
+        "mu_clt": mu_clt,
+        "clt_rejected": bool(gdp.mu_lower is not None and gdp.mu_lower > mu_clt),
+        "confidence": config.confidence,
+        "epsilon_upper": {
+            "pld": tight_upper,
+            "pld_lower": tight_lower,
+            "gdp_clt (approximate)": clt_epsilon,
+        },
+        "seed": spec.seed,
+        "seconds": time.perf_counter() - start,
+        "threshold": threshold[0],
+    }
+
+
+def specs(config: CltCheckConfig) -> list[CltRun]:
+    """The check's units, one per seed, in the order of its rows."""
+    return [
+        CltRun(
+            seed=seed,
+            sampling_probability=config.sampling_probability,
+            noise_multiplier=config.noise_multiplier,
+            steps=config.steps,
             delta=config.delta,
+            runs=config.runs,
             confidence=config.confidence,
-            route="gdp",
+            held_out_fraction=config.held_out_fraction,
         )
-        threshold = [chosen.threshold if chosen.threshold is not None else float(grid[0])]
-        gdp = threshold_sweep_lower_bound(
-            scores_negative=negative[cut:],
-            scores_positive=positive[cut:],
-            thresholds=threshold,
-            delta=config.delta,
-            confidence=config.confidence,
-            route="gdp",
-        )
-        generic = threshold_sweep_lower_bound(
-            scores_negative=negative[cut:],
-            scores_positive=positive[cut:],
-            thresholds=threshold,
-            delta=config.delta,
-            confidence=config.confidence,
-        )
-        rows.append(
-            {
-                "audit": "clt_check",
-                "setting": dataclasses.asdict(config) | {"seeds": None},
-                "epsilon_lower": generic.epsilon_lower,
-                "mu_lower": gdp.mu_lower,
-                "mu_clt": clt.mu,
-                "clt_rejected": bool(gdp.mu_lower is not None and gdp.mu_lower > clt.mu),
-                "confidence": config.confidence,
-                "epsilon_upper": {
-                    "pld": tight.upper,
-                    "pld_lower": tight.lower,
-                    "gdp_clt (approximate)": float(clt.get_epsilon(config.delta)),
-                },
-                "seed": seed,
-                "seconds": time.perf_counter() - start,
-                "threshold": threshold[0],
-            }
-        )
+        for seed in config.seeds
+    ]
+
+
+def run(
+    config: CltCheckConfig = CltCheckConfig(),
+    *,
+    executor: str | ExecutorChoice | SupportsSubmit | None = None,
+) -> list[dict[str, Any]]:
+    """Run the check for every seed; save ``clt_check.json``.
+
+    Each seed is one run of :func:`dpcore.runs.run_many`, kept in the audit's run store
+    (``results/runs/clt_check``): a killed check resumes where it stopped.
+
+    Args:
+        config: the setting and the seeds.
+        executor: where the runs go (see :func:`dpcore.runs.run_many`); the rows are the same
+            for every executor.
+
+    Raises:
+        RunsFailedError: some runs still failed after a retry.
+    """
+    store = run_store("clt_check", *SOURCES)
+    rows: list[dict[str, Any]] = run_many(execute, specs(config), executor=executor, store=store)
     save("clt_check", rows, dataclasses.asdict(config))
     return rows
 

@@ -10,21 +10,33 @@ audit uses the test "release > sensitivity", fixed before sampling (it is the op
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 import warnings
 from typing import Any
 
 import numpy as np
 from scipy import optimize
-from tqdm import tqdm
 
-from audits.results_io import save
+from audits.results_io import run_store, save
 from dpcore.accountants import PldAccountant, RdpAccountant
 from dpcore.accountants.rdp import OrderGridEdgeWarning
 from dpcore.auditing import threshold_sweep_lower_bound
+from dpcore.errors import InvalidParameterError
 from dpcore.events import GaussianEvent, LaplaceEvent
 from dpcore.mechanisms.gaussian import gdp_delta
 from dpcore.mechanisms.noise import gaussian_release, laplace_release
+from dpcore.runs import ExecutorChoice, SupportsSubmit, run_many
+
+#: the code that determines a run's result (its fingerprint keys the run store)
+SOURCES = (
+    sys.modules[__name__],
+    "dpcore.accountants.pld",
+    "dpcore.accountants.rdp",
+    "dpcore.auditing.statistics",
+    "dpcore.mechanisms.gaussian",
+    "dpcore.mechanisms.noise",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,75 +91,116 @@ def _held_out_threshold(
     return best
 
 
-def run(config: MechanismAuditConfig = MechanismAuditConfig()) -> list[dict[str, Any]]:
-    """Audit both mechanisms at every target and seed; save ``mechanisms.json``."""
-    rows: list[dict[str, Any]] = []
-    cells = [
-        (kind, eps, seed)
+@dataclasses.dataclass(frozen=True)
+class MechanismRun:
+    """One unit of the mechanism audit: one mechanism at one target epsilon and seed."""
+
+    mechanism: str  # "gaussian" or "laplace"
+    epsilon: float
+    seed: int
+    delta: float
+    samples: int
+    confidence: float
+    held_out_fraction: float
+
+
+def execute(spec: MechanismRun) -> dict[str, Any]:
+    """Audit one release (``spec.samples`` per side, generator seeded by ``spec.seed``); one row.
+
+    Raises:
+        InvalidParameterError: ``spec.mechanism`` is neither ``"gaussian"`` nor ``"laplace"``.
+    """
+    if spec.mechanism not in ("gaussian", "laplace"):
+        raise InvalidParameterError("mechanism", "'gaussian' or 'laplace'", spec.mechanism)
+    start = time.perf_counter()
+    epsilon, rng = spec.epsilon, np.random.default_rng(spec.seed)
+    if spec.mechanism == "gaussian":
+        sigma = _sigma_for(epsilon, spec.delta)
+        negative = gaussian_release(0.0, noise_multiplier=sigma, size=spec.samples, rng=rng)
+        positive = gaussian_release(1.0, noise_multiplier=sigma, size=spec.samples, rng=rng)
+        cut = int(spec.held_out_fraction * spec.samples)
+        grid = np.linspace(-2 * sigma, 1 + 4 * sigma, 61)
+        # Choose the threshold on the held-out part, bound on the rest (no selection bias).
+        threshold = _held_out_threshold(
+            negative[:cut], positive[:cut], grid, spec.delta, spec.confidence
+        )
+        bound = threshold_sweep_lower_bound(
+            scores_negative=negative[cut:],
+            scores_positive=positive[cut:],
+            thresholds=[threshold],
+            delta=spec.delta,
+            confidence=spec.confidence,
+            route="gdp",
+        )
+        event: Any = GaussianEvent(sigma)
+        setting = {"mechanism": "gaussian", "target_epsilon": epsilon, "noise_multiplier": sigma}
+        uppers = {**_upper_bounds(event, spec.delta), "gdp_exact": epsilon}
+    else:
+        negative = laplace_release(0.0, noise_multiplier=1 / epsilon, size=spec.samples, rng=rng)
+        positive = laplace_release(1.0, noise_multiplier=1 / epsilon, size=spec.samples, rng=rng)
+        bound = threshold_sweep_lower_bound(
+            scores_negative=negative,
+            scores_positive=positive,
+            thresholds=[1.0],
+            delta=spec.delta,
+            confidence=spec.confidence,
+        )
+        event = LaplaceEvent(1 / epsilon)
+        setting = {
+            "mechanism": "laplace",
+            "target_epsilon": epsilon,
+            "noise_multiplier": 1 / epsilon,
+        }
+        uppers = {**_upper_bounds(event, spec.delta), "pure": epsilon}
+    return {
+        "audit": "mechanisms",
+        "setting": setting,
+        "epsilon_lower": bound.epsilon_lower,
+        "confidence": bound.confidence,
+        "epsilon_upper": uppers,
+        "seed": spec.seed,
+        "seconds": time.perf_counter() - start,
+        "threshold": bound.threshold,
+    }
+
+
+def specs(config: MechanismAuditConfig) -> list[MechanismRun]:
+    """The audit's units, in the order of its rows: mechanism, then target, then seed."""
+    return [
+        MechanismRun(
+            mechanism=kind,
+            epsilon=epsilon,
+            seed=seed,
+            delta=config.delta,
+            samples=config.samples,
+            confidence=config.confidence,
+            held_out_fraction=config.held_out_fraction,
+        )
         for kind in ("gaussian", "laplace")
-        for eps in config.epsilons
+        for epsilon in config.epsilons
         for seed in config.seeds
     ]
-    for kind, epsilon, seed in tqdm(cells, desc="mechanism audits", unit="run"):
-        start = time.perf_counter()
-        rng = np.random.default_rng(seed)
-        if kind == "gaussian":
-            sigma = _sigma_for(epsilon, config.delta)
-            negative = gaussian_release(0.0, noise_multiplier=sigma, size=config.samples, rng=rng)
-            positive = gaussian_release(1.0, noise_multiplier=sigma, size=config.samples, rng=rng)
-            cut = int(config.held_out_fraction * config.samples)
-            grid = np.linspace(-2 * sigma, 1 + 4 * sigma, 61)
-            # Choose the threshold on the held-out part, bound on the rest (no selection bias).
-            threshold = _held_out_threshold(
-                negative[:cut], positive[:cut], grid, config.delta, config.confidence
-            )
-            bound = threshold_sweep_lower_bound(
-                scores_negative=negative[cut:],
-                scores_positive=positive[cut:],
-                thresholds=[threshold],
-                delta=config.delta,
-                confidence=config.confidence,
-                route="gdp",
-            )
-            event: Any = GaussianEvent(sigma)
-            setting = {
-                "mechanism": "gaussian",
-                "target_epsilon": epsilon,
-                "noise_multiplier": sigma,
-            }
-            uppers = {**_upper_bounds(event, config.delta), "gdp_exact": epsilon}
-        else:
-            negative = laplace_release(
-                0.0, noise_multiplier=1 / epsilon, size=config.samples, rng=rng
-            )
-            positive = laplace_release(
-                1.0, noise_multiplier=1 / epsilon, size=config.samples, rng=rng
-            )
-            bound = threshold_sweep_lower_bound(
-                scores_negative=negative,
-                scores_positive=positive,
-                thresholds=[1.0],
-                delta=config.delta,
-                confidence=config.confidence,
-            )
-            event = LaplaceEvent(1 / epsilon)
-            setting = {
-                "mechanism": "laplace",
-                "target_epsilon": epsilon,
-                "noise_multiplier": 1 / epsilon,
-            }
-            uppers = {**_upper_bounds(event, config.delta), "pure": epsilon}
-        rows.append(
-            {
-                "audit": "mechanisms",
-                "setting": setting,
-                "epsilon_lower": bound.epsilon_lower,
-                "confidence": bound.confidence,
-                "epsilon_upper": uppers,
-                "seed": seed,
-                "seconds": time.perf_counter() - start,
-                "threshold": bound.threshold,
-            }
-        )
+
+
+def run(
+    config: MechanismAuditConfig = MechanismAuditConfig(),
+    *,
+    executor: str | ExecutorChoice | SupportsSubmit | None = None,
+) -> list[dict[str, Any]]:
+    """Audit both mechanisms at every target and seed; save ``mechanisms.json``.
+
+    Each (mechanism, target, seed) is one run of :func:`dpcore.runs.run_many`, kept in the
+    audit's run store (``results/runs/mechanisms``): a killed audit resumes where it stopped.
+
+    Args:
+        config: the targets, seeds and sample sizes.
+        executor: where the runs go (see :func:`dpcore.runs.run_many`); the rows are the same
+            for every executor.
+
+    Raises:
+        RunsFailedError: some runs still failed after a retry.
+    """
+    store = run_store("mechanisms", *SOURCES)
+    rows: list[dict[str, Any]] = run_many(execute, specs(config), executor=executor, store=store)
     save("mechanisms", rows, dataclasses.asdict(config))
     return rows

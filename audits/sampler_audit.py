@@ -22,6 +22,7 @@ many steps and e^eps-many trials (Chua et al. 2024, Sec. 4), beyond a quick prof
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from typing import Any
 
@@ -29,9 +30,11 @@ import numpy as np
 from scipy import stats
 
 from audits.canaries import SamplerFactory, poisson_sampler, shuffled_sampler
-from audits.results_io import RESULTS, load, save
+from audits.results_io import RESULTS, load, run_store, save
 from dpcore.accountants import PldAccountant
+from dpcore.errors import InvalidParameterError
 from dpcore.events import dpsgd_event
+from dpcore.runs import ExecutorChoice, SupportsSubmit, run_many
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +53,14 @@ class SamplerAuditConfig:
 
 #: the samplers this audit compares
 SAMPLERS: dict[str, SamplerFactory] = {"poisson": poisson_sampler, "shuffled": shuffled_sampler}
+
+#: the code that determines a run's result (its fingerprint keys the run store)
+SOURCES = (
+    sys.modules[__name__],
+    "audits.canaries",
+    "dpcore.accountants.pld",
+    "dpcore.torch.samplers",
+)
 
 
 def make_sampler(kind: str, config: SamplerAuditConfig, seed: int) -> Any:
@@ -113,11 +124,81 @@ def audit_one(kind: str, config: SamplerAuditConfig, seed: int) -> dict[str, Any
     }
 
 
-def run(config: SamplerAuditConfig = SamplerAuditConfig()) -> list[dict[str, Any]]:
-    """Audit dpcore's Poisson and shuffled samplers; save ``sampler_audit.json``."""
-    rows = [
-        audit_one(kind, config, seed) for kind in ("poisson", "shuffled") for seed in config.seeds
+@dataclasses.dataclass(frozen=True)
+class SamplerRun:
+    """One unit of the sampler audit: one sampler and seed in one setting."""
+
+    sampler: str  # a key of SAMPLERS
+    seed: int
+    dataset_size: int
+    sampling_probability: float
+    epochs: int
+    canary: int
+    noise_multiplier: float
+    delta: float
+    confidence: float
+
+
+def execute(spec: SamplerRun) -> dict[str, Any]:
+    """:func:`audit_one` for the spec's sampler and seed.
+
+    Raises:
+        InvalidParameterError: ``spec.sampler`` is not a key of :data:`SAMPLERS`.
+    """
+    if spec.sampler not in SAMPLERS:
+        raise InvalidParameterError("sampler", f"one of {sorted(SAMPLERS)}", spec.sampler)
+    config = SamplerAuditConfig(
+        dataset_size=spec.dataset_size,
+        sampling_probability=spec.sampling_probability,
+        epochs=spec.epochs,
+        canary=spec.canary,
+        noise_multiplier=spec.noise_multiplier,
+        delta=spec.delta,
+        confidence=spec.confidence,
+        seeds=(spec.seed,),
+    )
+    return audit_one(spec.sampler, config, spec.seed)
+
+
+def specs(config: SamplerAuditConfig) -> list[SamplerRun]:
+    """The audit's units in the order of its rows: Poisson's seeds, then the shuffled ones."""
+    return [
+        SamplerRun(
+            sampler=kind,
+            seed=seed,
+            dataset_size=config.dataset_size,
+            sampling_probability=config.sampling_probability,
+            epochs=config.epochs,
+            canary=config.canary,
+            noise_multiplier=config.noise_multiplier,
+            delta=config.delta,
+            confidence=config.confidence,
+        )
+        for kind in ("poisson", "shuffled")
+        for seed in config.seeds
     ]
+
+
+def run(
+    config: SamplerAuditConfig = SamplerAuditConfig(),
+    *,
+    executor: str | ExecutorChoice | SupportsSubmit | None = None,
+) -> list[dict[str, Any]]:
+    """Audit dpcore's Poisson and shuffled samplers; save ``sampler_audit.json``.
+
+    Each (sampler, seed) is one run of :func:`dpcore.runs.run_many`, kept in the audit's run
+    store (``results/runs/sampler_audit``): a killed audit resumes where it stopped.
+
+    Args:
+        config: the setting and the seeds.
+        executor: where the runs go (see :func:`dpcore.runs.run_many`); the rows are the same
+            for every executor.
+
+    Raises:
+        RunsFailedError: some runs still failed after a retry.
+    """
+    store = run_store("sampler_audit", *SOURCES)
+    rows: list[dict[str, Any]] = run_many(execute, specs(config), executor=executor, store=store)
     save("sampler_audit", rows, dataclasses.asdict(config))
     return rows
 
