@@ -39,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import sys
 import time
 from typing import Any
 
@@ -48,10 +49,11 @@ from torch import nn
 
 from audits.canaries import GradientCanaries, NormEstimate
 from audits.dpsgd_whitebox import WhiteboxConfig, _dataset, _loss, single_thread
-from audits.results_io import RESULTS, load, save
+from audits.results_io import RESULTS, load, run_store, save
 from dpcore.accountants import JlAccountant, PldAccountant
 from dpcore.auditing.stepwise import held_out_threshold_bound
 from dpcore.events import GaussianEvent, JLGaussianEvent, PoissonSampledEvent
+from dpcore.runs import ExecutorChoice, SupportsSubmit, run_many
 from dpcore.torch.noise import NoiseSource, SeededGaussianNoise
 from dpcore.torch.optimizers import DPOptimizer
 from dpcore.torch.per_example.base import PerExampleEngine
@@ -62,6 +64,22 @@ from dpcore.torch.samplers import PoissonSampler
 #: worst case of Bu et al.'s Thm 4.1 (``||g|| -> inf``; 1e6 C is indistinguishable from it:
 #: ``P[sqrt(r / X) > 1e6] < 1e-6`` for every r >= 1).
 CANARY_NORMS: tuple[float, ...] = (1.0, 2.0, 1e6)
+
+#: the code that determines a run's result (its fingerprint keys the run store)
+SOURCES = (
+    sys.modules[__name__],
+    "audits.canaries",
+    "audits.dpsgd_whitebox",
+    "dpcore.accountants.jl",
+    "dpcore.accountants.pld",
+    "dpcore.auditing.stepwise",
+    "dpcore.pld.jl_pairs",
+    "dpcore.torch.noise",
+    "dpcore.torch.optimizers",
+    "dpcore.torch.per_example.base",
+    "dpcore.torch.per_example.jl",
+    "dpcore.torch.samplers",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,53 +230,94 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def run(config: JlAuditConfig = JlAuditConfig()) -> list[dict[str, Any]]:
-    """Audit every (r, canary norm) at one sigma; save ``dpsgd_jl.json``."""
+@dataclasses.dataclass(frozen=True)
+class JlRun:
+    """One unit of the JL audit: one JL dimension r, its "out" world and every canary norm.
+
+    ``config`` is the audit's setting with ``jl_dimensions`` emptied, so that adding an r leaves
+    the stored units of the others valid. The "out" world is shared by the canary norms of r,
+    so they are one unit.
+    """
+
+    jl_dimension: int
+    config: JlAuditConfig
+
+
+def execute(spec: JlRun) -> list[dict[str, Any]]:
+    """Audit every canary norm at one r (one torch thread); one result row per canary norm."""
+    config, r = spec.config, spec.jl_dimension
     rows = []
     with single_thread():
-        for r in config.jl_dimensions:
+        start = time.perf_counter()
+        negative = step_scores(config, jl_dimension=r, canary_norm=None, seed=config.seed)
+        upper = step_upper_bounds(config.noise_multiplier, r, config.delta)
+        # The "out" world and the accountants are shared by the canary norms of this r.
+        out_seconds = time.perf_counter() - start
+        for index, norm in enumerate(config.canary_norms):
             start = time.perf_counter()
-            negative = step_scores(config, jl_dimension=r, canary_norm=None, seed=config.seed)
-            upper = step_upper_bounds(config.noise_multiplier, r, config.delta)
-            # The "out" world and the accountants are shared by the canary norms of this r.
-            out_seconds = time.perf_counter() - start
-            for index, norm in enumerate(config.canary_norms):
-                start = time.perf_counter()
-                seed = config.seed + 1 + index
-                positive = step_scores(config, jl_dimension=r, canary_norm=norm, seed=seed)
-                epsilon_lower, threshold = distinguish(
-                    negative,
-                    positive,
-                    delta=config.delta,
-                    confidence=config.confidence,
-                    held_out_fraction=config.held_out_fraction,
-                    seed=seed,
-                )
-                setting = {
-                    "jl_dimension": r,
-                    "canary_norm_over_c": norm,
-                    "noise_multiplier": config.noise_multiplier,
-                    "per_step_delta": config.delta,
-                    "steps_per_world": config.steps,
-                    "dataset_size": config.dataset_size,
-                    "sampling_probability": config.sampling_probability,
+            seed = config.seed + 1 + index
+            positive = step_scores(config, jl_dimension=r, canary_norm=norm, seed=seed)
+            epsilon_lower, threshold = distinguish(
+                negative,
+                positive,
+                delta=config.delta,
+                confidence=config.confidence,
+                held_out_fraction=config.held_out_fraction,
+                seed=seed,
+            )
+            setting = {
+                "jl_dimension": r,
+                "canary_norm_over_c": norm,
+                "noise_multiplier": config.noise_multiplier,
+                "per_step_delta": config.delta,
+                "steps_per_world": config.steps,
+                "dataset_size": config.dataset_size,
+                "sampling_probability": config.sampling_probability,
+            }
+            rows.append(
+                {
+                    "audit": "dpsgd_jl",
+                    "setting": setting,
+                    "epsilon_lower": epsilon_lower,
+                    "confidence": config.confidence,
+                    "epsilon_upper": {k: _finite(v) for k, v in upper.items()},
+                    "seed": seed,
+                    "threshold": threshold,
+                    "positive_mean": float(positive.mean()),
+                    "positive_max": float(positive.max()),
+                    "seconds": time.perf_counter() - start + out_seconds / len(config.canary_norms),
                 }
-                rows.append(
-                    {
-                        "audit": "dpsgd_jl",
-                        "setting": setting,
-                        "epsilon_lower": epsilon_lower,
-                        "confidence": config.confidence,
-                        "epsilon_upper": {k: _finite(v) for k, v in upper.items()},
-                        "seed": seed,
-                        "threshold": threshold,
-                        "positive_mean": float(positive.mean()),
-                        "positive_max": float(positive.max()),
-                        "seconds": time.perf_counter()
-                        - start
-                        + out_seconds / len(config.canary_norms),
-                    }
-                )
+            )
+    return rows
+
+
+def specs(config: JlAuditConfig) -> list[JlRun]:
+    """The audit's units, one per JL dimension, in the order of its rows."""
+    setting = dataclasses.replace(config, jl_dimensions=())
+    return [JlRun(jl_dimension=r, config=setting) for r in config.jl_dimensions]
+
+
+def run(
+    config: JlAuditConfig = JlAuditConfig(),
+    *,
+    executor: str | ExecutorChoice | SupportsSubmit | None = None,
+) -> list[dict[str, Any]]:
+    """Audit every (r, canary norm) at one sigma; save ``dpsgd_jl.json``.
+
+    Each r is one run of :func:`dpcore.runs.run_many`, kept in the audit's run store
+    (``results/runs/dpsgd_jl``): a killed audit resumes where it stopped.
+
+    Args:
+        config: the setting, JL dimensions and canary norms.
+        executor: where the runs go (see :func:`dpcore.runs.run_many`); the rows are the same
+            for every executor.
+
+    Raises:
+        RunsFailedError: some runs still failed after a retry.
+    """
+    store = run_store("dpsgd_jl", *SOURCES)
+    per_dimension = run_many(execute, specs(config), executor=executor, store=store)
+    rows: list[dict[str, Any]] = [row for rows in per_dimension for row in rows]
     save("dpsgd_jl", rows, dataclasses.asdict(config))
     return rows
 

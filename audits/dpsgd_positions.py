@@ -29,6 +29,7 @@ dimension equals the lot size): the audit must flag it.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from typing import Any
 
@@ -36,16 +37,32 @@ import numpy as np
 import torch
 from torch import nn
 
-from audits.dpsgd_whitebox import single_thread, upper_bounds
-from audits.results_io import RESULTS, load, save
+from audits.dpsgd_whitebox import calibrated_sigma, single_thread, upper_bounds
+from audits.results_io import RESULTS, load, run_store, save
 from dpcore.auditing.stepwise import composed_lower_bound, distinguish
-from dpcore.calibration import calibrate_noise
+from dpcore.errors import InvalidParameterError
+from dpcore.runs import ExecutorChoice, SupportsSubmit, run_many
 from dpcore.torch.noise import SeededGaussianNoise
 from dpcore.torch.optimizers import DPOptimizer
 from dpcore.torch.per_example.dataflow import BatchDataflow
 from dpcore.torch.per_example.fast import FastEngine, _Layer
 
 CANARY_TOKEN = 0  # a token no real example uses
+
+#: the code that determines a run's result (its fingerprint keys the run store)
+SOURCES = (
+    sys.modules[__name__],
+    "audits.dpsgd_whitebox",
+    "dpcore.accountants.gdp_clt",
+    "dpcore.accountants.pld",
+    "dpcore.accountants.rdp",
+    "dpcore.auditing.stepwise",
+    "dpcore.calibration",
+    "dpcore.torch.noise",
+    "dpcore.torch.optimizers",
+    "dpcore.torch.per_example.dataflow",
+    "dpcore.torch.per_example.fast",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,16 +268,25 @@ def audit_one(
     }
 
 
-def run(config: PositionsConfig = PositionsConfig()) -> list[dict[str, Any]]:
-    """Audit the fast path and the planted shape-trusting bug; save ``dpsgd_positions.json``."""
+#: the engines audited, by the name a unit of the audit carries
+ENGINES: dict[str, type[FastEngine]] = {
+    "fast": FastEngine,
+    "shape-trusting (planted bug)": ShapeTrustingEngine,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class PositionsRun:
+    """One unit of the positions audit: one engine (a key of :data:`ENGINES`) in the setting."""
+
+    engine: str
+    config: PositionsConfig
+
+
+def _setting(config: PositionsConfig) -> tuple[float, dict[str, Any]]:
+    """(sigma, the rows' setting): sigma PLD-calibrated for the claim at q = T / N."""
     q = config.length / config.dataset_size
-    sigma = calibrate_noise(
-        target_epsilon=config.target_epsilon,
-        target_delta=config.delta,
-        sampling_probability=q,
-        steps=config.steps,
-        accountant="pld",
-    )
+    sigma = calibrated_sigma(config.target_epsilon, config.delta, q, config.steps)
     setting = {
         "target_epsilon": config.target_epsilon,
         "noise_multiplier": sigma,
@@ -271,11 +297,44 @@ def run(config: PositionsConfig = PositionsConfig()) -> list[dict[str, Any]]:
         "runs_per_world": config.runs,
         "delta": config.delta,
     }
+    return sigma, setting
+
+
+def execute(spec: PositionsRun) -> dict[str, Any]:
+    """Audit one engine (one torch thread); one result row.
+
+    Raises:
+        InvalidParameterError: ``spec.engine`` is not a key of :data:`ENGINES`.
+    """
+    if spec.engine not in ENGINES:
+        raise InvalidParameterError("engine", f"one of {sorted(ENGINES)}", spec.engine)
+    sigma, setting = _setting(spec.config)
     with single_thread():
-        rows = [
-            {"audit": "dpsgd_positions", "setting": setting, **audit_one(config, cls, sigma=sigma)}
-            for cls in (FastEngine, ShapeTrustingEngine)
-        ]
+        row = audit_one(spec.config, ENGINES[spec.engine], sigma=sigma)
+    return {"audit": "dpsgd_positions", "setting": setting, **row}
+
+
+def run(
+    config: PositionsConfig = PositionsConfig(),
+    *,
+    executor: str | ExecutorChoice | SupportsSubmit | None = None,
+) -> list[dict[str, Any]]:
+    """Audit the fast path and the planted shape-trusting bug; save ``dpsgd_positions.json``.
+
+    Each engine is one run of :func:`dpcore.runs.run_many`, kept in the audit's run store
+    (``results/runs/dpsgd_positions``): a killed audit resumes where it stopped.
+
+    Args:
+        config: the setting.
+        executor: where the runs go (see :func:`dpcore.runs.run_many`); the rows are the same
+            for every executor.
+
+    Raises:
+        RunsFailedError: some runs still failed after a retry.
+    """
+    store = run_store("dpsgd_positions", *SOURCES)
+    units = [PositionsRun(engine=name, config=config) for name in ENGINES]
+    rows: list[dict[str, Any]] = run_many(execute, units, executor=executor, store=store)
     save("dpsgd_positions", rows, dataclasses.asdict(config))
     return rows
 

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -43,16 +45,33 @@ import torch
 from torch import nn
 
 from audits.canaries import CANARY_NORM, GradientCanaries, SamplerFactory, poisson_sampler
-from audits.results_io import RESULTS, load, save
+from audits.results_io import RESULTS, load, run_store, save
 from dpcore.accountants import GdpCltAccountant, PldAccountant, RdpAccountant
 from dpcore.accountants.rdp import OrderGridEdgeWarning
 from dpcore.auditing.stepwise import composed_lower_bound, distinguish
 from dpcore.calibration import calibrate_noise
 from dpcore.events import dpsgd_event
+from dpcore.runs import ExecutorChoice, SupportsSubmit, run_many
 from dpcore.torch.noise import SeededGaussianNoise
 from dpcore.torch.optimizers import DPOptimizer
 from dpcore.torch.per_example.base import PerExampleEngine
 from dpcore.torch.per_example.fast import FastEngine
+
+#: the code that determines a run's result (its fingerprint keys the run store)
+SOURCES = (
+    sys.modules[__name__],
+    "audits.canaries",
+    "dpcore.accountants.gdp_clt",
+    "dpcore.accountants.pld",
+    "dpcore.accountants.rdp",
+    "dpcore.auditing.stepwise",
+    "dpcore.calibration",
+    "dpcore.torch.noise",
+    "dpcore.torch.optimizers",
+    "dpcore.torch.per_example.base",
+    "dpcore.torch.per_example.fast",
+    "dpcore.torch.samplers",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,10 +233,82 @@ def audit_one(
     }
 
 
-def run(config: WhiteboxConfig = WhiteboxConfig()) -> list[dict[str, Any]]:
-    """Audit dpcore's DP-SGD at every target epsilon and seed; save ``dpsgd_whitebox.json``."""
+@functools.cache
+def calibrated_sigma(epsilon: float, delta: float, q: float, steps: int) -> float:
+    """The noise multiplier the PLD accountant gives DP-SGD(q, T) for ``(epsilon, delta)``."""
+    return calibrate_noise(
+        target_epsilon=epsilon,
+        target_delta=delta,
+        sampling_probability=q,
+        steps=steps,
+        accountant="pld",
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class WhiteboxRun:
+    """One unit of the white-box audit: one target epsilon and seed.
+
+    ``config`` is the audit's setting with ``epsilons`` and ``seeds`` emptied, so that adding a
+    target or a seed leaves the stored units of the others valid.
+    """
+
+    epsilon: float
+    seed: int
+    config: WhiteboxConfig
+
+
+def execute(spec: WhiteboxRun) -> dict[str, Any]:
+    """Calibrate sigma for ``spec.epsilon`` and audit dpcore's DP-SGD there; one result row."""
+    config = spec.config
+    sigma = calibrated_sigma(spec.epsilon, config.delta, config.sampling_probability, config.steps)
     with single_thread():
-        return _run(config)
+        row = audit_one(Implementation(), config, noise_multiplier=sigma, seed=spec.seed)
+    setting = {
+        "target_epsilon": spec.epsilon,
+        "noise_multiplier": sigma,
+        "sampling_probability": config.sampling_probability,
+        "steps": config.steps,
+        "dataset_size": config.dataset_size,
+        "runs_per_world": config.runs,
+        "delta": config.delta,
+    }
+    return {"audit": "dpsgd_whitebox", "setting": setting, **row}
+
+
+def specs(config: WhiteboxConfig) -> list[WhiteboxRun]:
+    """The audit's units in the order of its rows: target epsilon, then seed."""
+    setting = dataclasses.replace(config, epsilons=(), seeds=())
+    return [
+        WhiteboxRun(epsilon=epsilon, seed=seed, config=setting)
+        for epsilon in config.epsilons
+        for seed in config.seeds
+    ]
+
+
+def run(
+    config: WhiteboxConfig = WhiteboxConfig(),
+    *,
+    executor: str | ExecutorChoice | SupportsSubmit | None = None,
+) -> list[dict[str, Any]]:
+    """Audit dpcore's DP-SGD at every target epsilon and seed; save ``dpsgd_whitebox.json``.
+
+    Each (target, seed) is one run of :func:`dpcore.runs.run_many` (one torch thread each),
+    kept in the audit's run store (``results/runs/dpsgd_whitebox``): a killed audit resumes
+    where it stopped.
+
+    Args:
+        config: the setting, targets and seeds.
+        executor: where the runs go (see :func:`dpcore.runs.run_many`); the rows are the same
+            for every executor.
+
+    Raises:
+        RunsFailedError: some runs still failed after a retry.
+    """
+    store = run_store("dpsgd_whitebox", *SOURCES)
+    rows: list[dict[str, Any]] = run_many(execute, specs(config), executor=executor, store=store)
+    save("dpsgd_whitebox", rows, dataclasses.asdict(config))
+    return rows
 
 
 @contextlib.contextmanager
@@ -229,32 +320,6 @@ def single_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(threads)
-
-
-def _run(config: WhiteboxConfig) -> list[dict[str, Any]]:
-    rows = []
-    for epsilon in config.epsilons:
-        sigma = calibrate_noise(
-            target_epsilon=epsilon,
-            target_delta=config.delta,
-            sampling_probability=config.sampling_probability,
-            steps=config.steps,
-            accountant="pld",
-        )
-        for seed in config.seeds:
-            row = audit_one(Implementation(), config, noise_multiplier=sigma, seed=seed)
-            setting = {
-                "target_epsilon": epsilon,
-                "noise_multiplier": sigma,
-                "sampling_probability": config.sampling_probability,
-                "steps": config.steps,
-                "dataset_size": config.dataset_size,
-                "runs_per_world": config.runs,
-                "delta": config.delta,
-            }
-            rows.append({"audit": "dpsgd_whitebox", "setting": setting, **row})
-    save("dpsgd_whitebox", rows, dataclasses.asdict(config))
-    return rows
 
 
 def write_report() -> None:

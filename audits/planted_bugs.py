@@ -24,16 +24,25 @@ cannot see mutant 4 (the canary is in every step of the "in" world); it is repor
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from typing import Any
 
 import torch
 from torch import nn
 
+from audits import dpsgd_whitebox
 from audits.canaries import shuffled_sampler
-from audits.dpsgd_whitebox import Implementation, WhiteboxConfig, audit_one, single_thread
-from audits.results_io import RESULTS, load, save
-from dpcore.calibration import calibrate_noise
+from audits.dpsgd_whitebox import (
+    Implementation,
+    WhiteboxConfig,
+    audit_one,
+    calibrated_sigma,
+    single_thread,
+)
+from audits.results_io import RESULTS, load, run_store, save
+from dpcore.errors import InvalidParameterError
+from dpcore.runs import ExecutorChoice, SupportsSubmit, run_many
 from dpcore.torch.optimizers import DPOptimizer
 from dpcore.torch.per_example.base import ClippedBatch, LossFunction
 from dpcore.torch.per_example.fast import FastEngine
@@ -102,6 +111,9 @@ IMPLEMENTATIONS: tuple[Implementation, ...] = (
     Implementation(name="noise per worker", optimizer=PerWorkerNoiseOptimizer),
 )
 
+#: the code that determines a run's result (its fingerprint keys the run store)
+SOURCES = (sys.modules[__name__], *dpsgd_whitebox.SOURCES)
+
 
 @dataclasses.dataclass(frozen=True)
 class PlantedBugsConfig:
@@ -116,35 +128,84 @@ class PlantedBugsConfig:
     seeds: tuple[int, ...] = (0,)
 
 
-def run(config: PlantedBugsConfig = PlantedBugsConfig()) -> list[dict[str, Any]]:
-    """Audit the correct implementation and every mutant; save ``planted_bugs.json``."""
-    audit = config.audit
-    sigma = calibrate_noise(
-        target_epsilon=config.target_epsilon,
-        target_delta=audit.delta,
-        sampling_probability=audit.sampling_probability,
-        steps=audit.steps,
-        accountant="pld",
+@dataclasses.dataclass(frozen=True)
+class PlantedBugRun:
+    """One unit of the planted-bugs audit: one implementation (by name) and seed."""
+
+    implementation: str  # the name of one of IMPLEMENTATIONS
+    seed: int
+    target_epsilon: float
+    audit: WhiteboxConfig
+
+
+def execute(spec: PlantedBugRun) -> dict[str, Any]:
+    """Audit one implementation at the PLD-calibrated sigma of the claim; one result row.
+
+    Raises:
+        InvalidParameterError: ``spec.implementation`` names none of :data:`IMPLEMENTATIONS`.
+    """
+    by_name = {implementation.name: implementation for implementation in IMPLEMENTATIONS}
+    if spec.implementation not in by_name:
+        raise InvalidParameterError(
+            "implementation", f"one of {sorted(by_name)}", spec.implementation
+        )
+    audit = spec.audit
+    sigma = calibrated_sigma(
+        spec.target_epsilon, audit.delta, audit.sampling_probability, audit.steps
     )
-    rows = []
+    start = time.perf_counter()
     with single_thread():
-        for implementation in IMPLEMENTATIONS:
-            for seed in config.seeds:
-                start = time.perf_counter()
-                row = audit_one(implementation, audit, noise_multiplier=sigma, seed=seed)
-                setting = {
-                    "implementation": implementation.name,
-                    "target_epsilon": config.target_epsilon,
-                    "noise_multiplier": sigma,
-                    "sampling_probability": audit.sampling_probability,
-                    "steps": audit.steps,
-                    "dataset_size": audit.dataset_size,
-                    "runs_per_world": audit.runs,
-                    "delta": audit.delta,
-                }
-                row["flagged"] = bool(row["epsilon_lower"] > config.target_epsilon)
-                row["seconds"] = time.perf_counter() - start
-                rows.append({"audit": "planted_bugs", "setting": setting, **row})
+        row = audit_one(by_name[spec.implementation], audit, noise_multiplier=sigma, seed=spec.seed)
+    setting = {
+        "implementation": spec.implementation,
+        "target_epsilon": spec.target_epsilon,
+        "noise_multiplier": sigma,
+        "sampling_probability": audit.sampling_probability,
+        "steps": audit.steps,
+        "dataset_size": audit.dataset_size,
+        "runs_per_world": audit.runs,
+        "delta": audit.delta,
+    }
+    row["flagged"] = bool(row["epsilon_lower"] > spec.target_epsilon)
+    row["seconds"] = time.perf_counter() - start
+    return {"audit": "planted_bugs", "setting": setting, **row}
+
+
+def specs(config: PlantedBugsConfig) -> list[PlantedBugRun]:
+    """The audit's units in the order of its rows: implementation, then seed."""
+    return [
+        PlantedBugRun(
+            implementation=implementation.name,
+            seed=seed,
+            target_epsilon=config.target_epsilon,
+            audit=config.audit,
+        )
+        for implementation in IMPLEMENTATIONS
+        for seed in config.seeds
+    ]
+
+
+def run(
+    config: PlantedBugsConfig = PlantedBugsConfig(),
+    *,
+    executor: str | ExecutorChoice | SupportsSubmit | None = None,
+) -> list[dict[str, Any]]:
+    """Audit the correct implementation and every mutant; save ``planted_bugs.json``.
+
+    Each (implementation, seed) is one run of :func:`dpcore.runs.run_many` (one torch thread
+    each), kept in the audit's run store (``results/runs/planted_bugs``): a killed audit resumes
+    where it stopped.
+
+    Args:
+        config: the claim, the tiny-data setting and the seeds.
+        executor: where the runs go (see :func:`dpcore.runs.run_many`); the rows are the same
+            for every executor.
+
+    Raises:
+        RunsFailedError: some runs still failed after a retry.
+    """
+    store = run_store("planted_bugs", *SOURCES)
+    rows: list[dict[str, Any]] = run_many(execute, specs(config), executor=executor, store=store)
     save("planted_bugs", rows, dataclasses.asdict(config))
     return rows
 
