@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import time
 from typing import Any
 
@@ -32,14 +33,29 @@ import torch
 from torch import nn
 
 from audits.dpsgd_whitebox import single_thread
-from audits.results_io import RESULTS, load, save
+from audits.results_io import RESULTS, load, run_store, save
 from dpcore.accountants import PldAccountant, RdpAccountant
 from dpcore.auditing import one_run_epsilon_lower_bound
 from dpcore.calibration import calibrate_noise
 from dpcore.data import load_adult_features
 from dpcore.events import dpsgd_event
+from dpcore.runs import ExecutorChoice, SupportsSubmit, run_many
 from dpcore.torch.samplers import PoissonSampler
 from dpcore.torch.training import DPTrainer
+
+#: the code that determines a run's result (its fingerprint keys the run store)
+SOURCES = (
+    sys.modules[__name__],
+    "dpcore.accountants.pld",
+    "dpcore.accountants.rdp",
+    "dpcore.auditing.statistics",
+    "dpcore.calibration",
+    "dpcore.data.adult",
+    "dpcore.torch.optimizers",
+    "dpcore.torch.per_example.fast",
+    "dpcore.torch.samplers",
+    "dpcore.torch.training",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -247,11 +263,51 @@ def audit_one(config: MembershipConfig, epsilon: float | None) -> dict[str, Any]
     }
 
 
-def run(config: MembershipConfig = MembershipConfig()) -> list[dict[str, Any]]:
-    """Non-private target, then DP-SGD targets at the claimed epsilons; saves membership.json."""
+@dataclasses.dataclass(frozen=True)
+class MembershipRun:
+    """One unit of the membership audit: one target model (non-private when ``epsilon`` is None).
+
+    ``config`` is the audit's setting with ``epsilons`` emptied, so that adding a claim leaves
+    the stored units of the others valid.
+    """
+
+    epsilon: float | None
+    config: MembershipConfig
+
+
+def execute(spec: MembershipRun) -> dict[str, Any]:
+    """:func:`audit_one` for the spec's target (one torch thread); one result row."""
     with single_thread():
-        rows = [audit_one(config, None)]
-        rows += [audit_one(config, eps) for eps in config.epsilons]
+        return audit_one(spec.config, spec.epsilon)
+
+
+def specs(config: MembershipConfig) -> list[MembershipRun]:
+    """The audit's units in the order of its rows: non-private, then every claimed epsilon."""
+    setting = dataclasses.replace(config, epsilons=())
+    return [MembershipRun(epsilon=epsilon, config=setting) for epsilon in (None, *config.epsilons)]
+
+
+def run(
+    config: MembershipConfig = MembershipConfig(),
+    *,
+    executor: str | ExecutorChoice | SupportsSubmit | None = None,
+) -> list[dict[str, Any]]:
+    """Non-private target, then DP-SGD targets at the claimed epsilons; saves membership.json.
+
+    Each target (with its shadow models) is one run of :func:`dpcore.runs.run_many`, kept in
+    the audit's run store (``results/runs/membership``): a killed audit resumes where it
+    stopped.
+
+    Args:
+        config: the data, recipe and claimed epsilons.
+        executor: where the runs go (see :func:`dpcore.runs.run_many`); the rows are the same
+            for every executor.
+
+    Raises:
+        RunsFailedError: some runs still failed after a retry.
+    """
+    store = run_store("membership", *SOURCES)
+    rows: list[dict[str, Any]] = run_many(execute, specs(config), executor=executor, store=store)
     save("membership", rows, dataclasses.asdict(config))
     return rows
 

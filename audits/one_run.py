@@ -24,6 +24,7 @@ points to a bug in clipping, noise or sampling).
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from typing import Any
 
@@ -33,10 +34,12 @@ from torch import nn
 
 from audits.canaries import CANARY_NORM, GradientCanaries
 from audits.dpsgd_whitebox import _loss, single_thread
-from audits.results_io import RESULTS, load, save
+from audits.results_io import RESULTS, load, run_store, save
 from dpcore.accountants import PldAccountant
 from dpcore.auditing import one_run_epsilon_lower_bound
+from dpcore.errors import InvalidParameterError
 from dpcore.events import dpsgd_event
+from dpcore.runs import ExecutorChoice, SupportsSubmit, run_many
 from dpcore.torch.noise import SeededGaussianNoise
 from dpcore.torch.optimizers import DPOptimizer
 from dpcore.torch.per_example.fast import FastEngine
@@ -176,18 +179,79 @@ BUGS: dict[str, dict[str, Any]] = {
     "no clipping": {"clip": False},
 }
 
+#: the code that determines a run's result (its fingerprint keys the run store)
+SOURCES = (
+    sys.modules[__name__],
+    "audits.canaries",
+    "audits.dpsgd_whitebox",
+    "dpcore.accountants.pld",
+    "dpcore.auditing.statistics",
+    "dpcore.torch.noise",
+    "dpcore.torch.optimizers",
+    "dpcore.torch.per_example.base",
+    "dpcore.torch.per_example.fast",
+    "dpcore.torch.samplers",
+)
 
-def run(config: OneRunConfig = OneRunConfig()) -> list[dict[str, Any]]:
-    """The one-run audit of dpcore's DP-SGD (every seed) and of two planted bugs (first seed)."""
+
+@dataclasses.dataclass(frozen=True)
+class OneRunUnit:
+    """One unit of the one-run audit: one implementation (a key of :data:`BUGS`) at one seed.
+
+    ``config`` is the audit's setting with ``seed`` set to the unit's seed and ``seeds``
+    emptied, so that adding a seed leaves the stored units of the others valid.
+    """
+
+    implementation: str
+    config: OneRunConfig
+
+
+def execute(spec: OneRunUnit) -> dict[str, Any]:
+    """:func:`audit` of one implementation at ``spec.config.seed``; one result row.
+
+    Raises:
+        InvalidParameterError: ``spec.implementation`` is not a key of :data:`BUGS`.
+    """
+    if spec.implementation not in BUGS:
+        raise InvalidParameterError("implementation", f"one of {sorted(BUGS)}", spec.implementation)
+    config = spec.config
     keys = ("canaries", "guesses_each_side", "sampling_probability", "steps", "noise_multiplier")
-    rows = []
-    for name, bug in BUGS.items():
-        for seed in config.seeds if not bug else config.seeds[:1]:
-            seeded = dataclasses.replace(config, seed=seed)
-            setting = {"implementation": name, **{k: getattr(config, k) for k in keys}}
-            setting.update(dataset_size=config.dataset_size, delta=config.delta)
-            setting["simulations"] = config.simulations
-            rows.append({"audit": "one_run", "setting": setting, **audit(seeded, **bug)})
+    setting = {"implementation": spec.implementation, **{k: getattr(config, k) for k in keys}}
+    setting.update(dataset_size=config.dataset_size, delta=config.delta)
+    setting["simulations"] = config.simulations
+    row = audit(config, **BUGS[spec.implementation])
+    return {"audit": "one_run", "setting": setting, **row}
+
+
+def specs(config: OneRunConfig) -> list[OneRunUnit]:
+    """The audit's units in the order of its rows: dpcore at every seed, each bug at the first."""
+    return [
+        OneRunUnit(implementation=name, config=dataclasses.replace(config, seed=seed, seeds=()))
+        for name, bug in BUGS.items()
+        for seed in (config.seeds if not bug else config.seeds[:1])
+    ]
+
+
+def run(
+    config: OneRunConfig = OneRunConfig(),
+    *,
+    executor: str | ExecutorChoice | SupportsSubmit | None = None,
+) -> list[dict[str, Any]]:
+    """The one-run audit of dpcore's DP-SGD (every seed) and of two planted bugs (first seed).
+
+    Each (implementation, seed) is one run of :func:`dpcore.runs.run_many`, kept in the audit's
+    run store (``results/runs/one_run``): a killed audit resumes where it stopped.
+
+    Args:
+        config: the setting and the seeds.
+        executor: where the runs go (see :func:`dpcore.runs.run_many`); the rows are the same
+            for every executor.
+
+    Raises:
+        RunsFailedError: some runs still failed after a retry.
+    """
+    store = run_store("one_run", *SOURCES)
+    rows: list[dict[str, Any]] = run_many(execute, specs(config), executor=executor, store=store)
     save("one_run", rows, dataclasses.asdict(config))
     return rows
 
