@@ -1,0 +1,199 @@
+"""The audits fan out through dpcore.runs: every executor gives the same rows, and a second
+call with the same store (or a call after a failed one) runs only what is missing."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from audits import (
+    clt_check,
+    dpsgd_jl,
+    dpsgd_positions,
+    dpsgd_whitebox,
+    mechanisms,
+    membership,
+    one_run,
+    planted_bugs,
+    sampler_audit,
+)
+from dpcore.errors import InvalidParameterError
+from dpcore.runs import RunsFailedError, check_spec
+
+#: tiny settings of four audits (one of them trains with torch): (module, config)
+TINY: dict[str, tuple[ModuleType, Any]] = {
+    "mechanisms": (
+        mechanisms,
+        mechanisms.MechanismAuditConfig(epsilons=(1.0, 4.0), samples=5_000, seeds=(0, 1)),
+    ),
+    "clt_check": (clt_check, clt_check.CltCheckConfig(runs=5_000, seeds=(0, 1, 2))),
+    "sampler_audit": (sampler_audit, sampler_audit.SamplerAuditConfig(epochs=20, seeds=(0, 1))),
+    "one_run": (
+        one_run,
+        one_run.OneRunConfig(
+            canaries=200, guesses_each_side=20, steps=30, simulations=20, seeds=(0, 1)
+        ),
+    ),
+}
+
+
+def _without_timing(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows without their wall-clock seconds (the only field that depends on the machine)."""
+    return [{k: v for k, v in row.items() if k != "seconds"} for row in rows]
+
+
+def _isolated(
+    monkeypatch: pytest.MonkeyPatch, folder: Path, name: str
+) -> Callable[..., list[dict[str, Any]]]:
+    """The ``run`` of the audit ``name`` on its tiny setting, saving under ``folder``.
+
+    Its rows go to ``folder``, its run store to ``folder / "runs"``.
+    """
+    monkeypatch.setattr("audits.results_io.RESULTS", folder)
+    monkeypatch.setattr("audits.results_io.RUNS", folder / "runs")
+    module, config = TINY[name]
+    return lambda **kwargs: module.run(config, **kwargs)
+
+
+@pytest.mark.parametrize("name", sorted(TINY))
+def test_every_executor_gives_the_same_rows(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    in_process = _isolated(monkeypatch, tmp_path / "local", name)(executor=None)
+    spawned = _isolated(monkeypatch, tmp_path / "spawned", name)(executor="processes:2")
+    with ThreadPoolExecutor(2) as pool:
+        threaded = _isolated(monkeypatch, tmp_path / "threads", name)(executor=pool)
+    assert len(in_process) >= 3
+    assert _without_timing(spawned) == _without_timing(in_process)
+    assert _without_timing(threaded) == _without_timing(in_process)
+    # The spawned workers wrote the store in their own processes: one folder per unit.
+    module, config = TINY[name]
+    stored = [p for p in (tmp_path / "spawned" / "runs" / name).rglob("*") if p.is_dir()]
+    assert len(stored) >= len(module.specs(config))
+
+
+def test_a_second_call_runs_nothing_and_a_failed_call_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = _isolated(monkeypatch, tmp_path / "resume", "mechanisms")
+    units = mechanisms.specs(TINY["mechanisms"][1])
+    broken = units[2]
+    calls: list[mechanisms.MechanismRun] = []
+    real = mechanisms.execute
+
+    def failing(spec: mechanisms.MechanismRun) -> dict[str, Any]:
+        calls.append(spec)
+        if spec == broken:
+            raise RuntimeError("killed")
+        return real(spec)
+
+    monkeypatch.setattr(mechanisms, "execute", failing)
+    with pytest.raises(RunsFailedError):
+        run(executor=None)
+    assert calls.count(broken) == 2  # tried, retried once, reported
+    assert len(calls) == len(units) + 1
+
+    def counting(spec: mechanisms.MechanismRun) -> dict[str, Any]:
+        calls.append(spec)
+        return real(spec)
+
+    calls.clear()
+    monkeypatch.setattr(mechanisms, "execute", counting)
+    resumed = run(executor=None)
+    assert calls == [broken]  # only the unit that failed is computed again
+    calls.clear()
+    again = run(executor=None)
+    assert calls == []
+    assert again == resumed  # from the store, seconds included
+    fresh = _isolated(monkeypatch, tmp_path / "fresh", "mechanisms")(executor=None)
+    assert _without_timing(fresh) == _without_timing(resumed)
+
+
+def test_a_changed_setting_recomputes_only_the_new_units(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("audits.results_io.RESULTS", tmp_path)
+    calls: list[clt_check.CltRun] = []
+    real = clt_check.execute
+
+    def counting(spec: clt_check.CltRun) -> dict[str, Any]:
+        calls.append(spec)
+        return real(spec)
+
+    monkeypatch.setattr(clt_check, "execute", counting)
+    config = clt_check.CltCheckConfig(runs=5_000, seeds=(0, 1))
+    first = clt_check.run(config)
+    more = clt_check.run(dataclasses.replace(config, seeds=(0, 1, 2)))
+    assert [spec.seed for spec in calls] == [0, 1, 2]
+    assert more[:2] == first
+    fewer_runs = clt_check.run(dataclasses.replace(config, runs=4_000))
+    assert [spec.seed for spec in calls] == [0, 1, 2, 0, 1]
+    assert [row["setting"]["runs"] for row in fewer_runs] == [4_000, 4_000]
+
+
+def test_units_are_valid_specs_in_the_order_of_the_rows() -> None:
+    """Every audit's units are frozen dataclasses of JSON values, one per row (JL: per r)."""
+    whitebox = dpsgd_whitebox.WhiteboxConfig(epsilons=(2.0, 8.0), seeds=(0, 1))
+    cases: list[tuple[list[Any], list[tuple[Any, ...]]]] = [
+        (
+            mechanisms.specs(TINY["mechanisms"][1]),
+            [(k, e, s) for k in ("gaussian", "laplace") for e in (1.0, 4.0) for s in (0, 1)],
+        ),
+        (
+            dpsgd_whitebox.specs(whitebox),
+            [(e, s) for e in (2.0, 8.0) for s in (0, 1)],
+        ),
+        (
+            planted_bugs.specs(planted_bugs.PlantedBugsConfig()),
+            [(i.name, 0) for i in planted_bugs.IMPLEMENTATIONS],
+        ),
+        (
+            one_run.specs(one_run.OneRunConfig(seeds=(3, 4))),
+            [
+                ("dpcore (correct)", 3),
+                ("dpcore (correct)", 4),
+                ("halved noise", 3),
+                ("no clipping", 3),
+            ],
+        ),
+        (
+            membership.specs(membership.MembershipConfig(epsilons=(1.0, 8.0))),
+            [(None,), (1.0,), (8.0,)],
+        ),
+        (dpsgd_jl.specs(dpsgd_jl.JlAuditConfig()), [(1,), (4,), (16,)]),
+    ]
+    keys: dict[type, Callable[[Any], tuple[Any, ...]]] = {
+        mechanisms.MechanismRun: lambda s: (s.mechanism, s.epsilon, s.seed),
+        dpsgd_whitebox.WhiteboxRun: lambda s: (s.epsilon, s.seed),
+        planted_bugs.PlantedBugRun: lambda s: (s.implementation, s.seed),
+        one_run.OneRunUnit: lambda s: (s.implementation, s.config.seed),
+        membership.MembershipRun: lambda s: (s.epsilon,),
+        dpsgd_jl.JlRun: lambda s: (s.jl_dimension,),
+    }
+    for units, expected in cases:
+        for unit in units:
+            check_spec(unit)
+        assert [keys[type(unit)](unit) for unit in units] == expected
+    # Units do not carry the lists they were drawn from: adding a seed keeps the others' keys.
+    first, *_ = dpsgd_whitebox.specs(whitebox)
+    assert first in dpsgd_whitebox.specs(dataclasses.replace(whitebox, seeds=(0, 1, 2)))
+
+
+def test_unknown_units_are_refused() -> None:
+    spec = mechanisms.specs(TINY["mechanisms"][1])[0]
+    with pytest.raises(InvalidParameterError):
+        mechanisms.execute(dataclasses.replace(spec, mechanism="cauchy"))
+    with pytest.raises(InvalidParameterError):
+        sampler_audit.execute(
+            dataclasses.replace(sampler_audit.specs(TINY["sampler_audit"][1])[0], sampler="x")
+        )
+    with pytest.raises(InvalidParameterError):
+        dpsgd_positions.execute(
+            dpsgd_positions.PositionsRun(engine="x", config=dpsgd_positions.PositionsConfig())
+        )
