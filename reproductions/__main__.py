@@ -59,6 +59,20 @@ REPRODUCTIONS: dict[str, tuple[Callable[[str], None], Callable[[], None]]] = {
 }
 
 
+def fanning_out() -> list[str]:
+    """The reproductions that fan their runs out (their compute takes an ``executor``).
+
+    Example:
+        >>> {"bu2019_training", "bu2021_jl_summary"} <= set(fanning_out())
+        True
+    """
+    return [
+        name
+        for name, (compute, _) in REPRODUCTIONS.items()
+        if "executor" in inspect.signature(compute).parameters
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m reproductions", description=__doc__)
     parser.add_argument(
@@ -86,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         "--executor",
         default=None,
         metavar="E",
-        help=f"where the runs of reproductions that fan out (bu2021_jl_accuracy) train: "
+        help=f"where the runs of reproductions that fan out ({', '.join(fanning_out())}) train: "
         f"{EXECUTOR_FORMS} (default: local, in this process); e.g. processes:20 for 20 runs "
         "sharing one GPU. See docs/cluster.md",
     )

@@ -24,6 +24,10 @@ Profiles: ``full`` runs every setting for the paper's epochs (resumable from the
 reached and says so. :func:`plot` (:mod:`~reproductions.bu2019_gdp.training_report`) draws from
 the saved JSON only.
 
+With an ``executor`` (``python -m reproductions --only bu2019_training --executor
+processes:4``) the runs (every setting and every task's baseline, each independent) train at
+once through :func:`dpcore.runs.run_many` into the run store, and are read back from it.
+
 This module runs the computation; the profiles and data are in
 :mod:`~reproductions.bu2019_gdp.training_setup` and the training of one setting or baseline in
 :mod:`~reproductions.bu2019_gdp.training_runs` (both re-exported here).
@@ -35,15 +39,17 @@ import dataclasses
 import json
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from dpcore.atomic import atomic_write_text
 from dpcore.events import dpsgd_event
+from dpcore.runs import ExecutorChoice, SupportsSubmit, run_many
 from dpcore.torch.training import DPTrainer
 from reproductions.bu2019_gdp import models
-from reproductions.bu2019_gdp.data import TaskData
+from reproductions.bu2019_gdp.data import LOADERS, TaskData, subsample
 from reproductions.bu2019_gdp.settings import SETTINGS, Setting
 from reproductions.bu2019_gdp.training_runs import (
     CODE_MODULES,
@@ -66,24 +72,37 @@ from reproductions.bu2019_gdp.training_setup import (
     selected_settings,
 )
 from reproductions.common import profile_config
-from reproductions.harness import Output, RunState, hardware_label
+from reproductions.harness import (
+    Executor,
+    Output,
+    RunState,
+    fanning_out,
+    hardware_label,
+    spread,
+)
 
 __all__ = [
     "PAPER_NON_PRIVATE",
     "PRIVACY_UNITS",
     "PROFILES",
     "STEM",
+    "RunJob",
     "RunSpec",
     "TrainingConfig",
+    "baseline_spec",
     "compute",
     "epochs_run",
     "execute",
+    "execute_job",
+    "fan_out",
     "load_task",
     "make_baseline",
     "make_trainer",
     "plot",
     "privacy_at",
+    "private_spec",
     "results_stem",
+    "run_specs",
     "sampling_probability",
     "selected_settings",
 ]
@@ -151,6 +170,105 @@ def _private_summary(
     }
 
 
+def private_spec(config: TrainingConfig, setting: Setting) -> RunSpec:
+    """The run of ``setting`` in this profile."""
+    return RunSpec(
+        setting=setting,
+        epochs=epochs_run(config, setting),
+        seed=config.seed,
+        train_subset=config.train_subset.get(setting.dataset),
+        test_subset=config.test_subset.get(setting.dataset),
+        eval_batch=config.eval_batch,
+    )
+
+
+def baseline_spec(config: TrainingConfig, mine: Sequence[Setting]) -> RunSpec:
+    """The non-private baseline of the task of ``mine`` (its settings in this profile): the
+    first setting's model and learning rate, for the most epochs any of them runs."""
+    return RunSpec(
+        setting=mine[0],
+        epochs=max(epochs_run(config, s) for s in mine),
+        seed=config.seed,
+        private=False,
+        train_subset=config.train_subset.get(mine[0].dataset),
+        test_subset=config.test_subset.get(mine[0].dataset),
+        eval_batch=config.eval_batch,
+    )
+
+
+def run_specs(config: TrainingConfig, catalogue: Sequence[Setting] = SETTINGS) -> list[RunSpec]:
+    """Every run of the profile, task by task: its settings, then its baseline (if trained)."""
+    settings = selected_settings(config, catalogue)
+    specs: list[RunSpec] = []
+    for dataset in [d for d in PRIVACY_UNITS if any(s.dataset == d for s in settings)]:
+        mine = [s for s in settings if s.dataset == dataset]
+        specs += [private_spec(config, setting) for setting in mine]
+        if config.baseline:
+            specs.append(baseline_spec(config, mine))
+    return specs
+
+
+@dataclasses.dataclass(frozen=True)
+class RunJob:
+    """One run as a picklable job for a worker (see :func:`fan_out`)."""
+
+    spec: RunSpec
+    store: str
+    fingerprint: str
+    deadline: float | None
+    #: Module-level (picklable) replacement of the task's loader, e.g. small data in tests.
+    loader: Callable[[], TaskData] | None = None
+
+
+def execute_job(job: RunJob) -> dict[str, Any]:
+    """Train one run in this process, resuming from and committing to the run store, until it
+    is done or ``job.deadline``: its label, the epochs it reached and whether it is done.
+
+    The data are the task's (``job.loader``, else :data:`~.data.LOADERS`), subsampled as the
+    run's spec says, as :func:`~.training_setup.load_task` does for the profile.
+    """
+    spec = job.spec
+    loader = job.loader or LOADERS[spec.setting.dataset]
+    data = subsample(loader(), train=spec.train_subset, test=spec.test_subset, seed=spec.seed)
+    state, _ = execute(
+        spec, data, Path(job.store), fingerprint=job.fingerprint, deadline=job.deadline
+    )
+    epochs = state.rows[-1]["epoch"] if state.rows else 0
+    return {"run": spec.label, "epochs_run": epochs, "done": state.done}
+
+
+def fan_out(
+    specs: Sequence[RunSpec],
+    executor: ExecutorChoice | SupportsSubmit,
+    *,
+    store: Path,
+    fingerprint: str,
+    loaders: dict[str, Callable[[], TaskData]] | None = None,
+    deadline: float | None = None,
+) -> list[dict[str, Any]]:
+    """Train the runs ``specs`` at once through ``executor`` into ``store``; what each reached.
+
+    Each run is independent (its own model, sampler and noise seeds), so where it trains does
+    not change its rows. ``loaders`` must be picklable for an executor that pickles (spawned
+    processes, Dask, Ray, Slurm).
+
+    Raises:
+        RunsFailedError: runs still failed after one retry (each resumes from the store).
+    """
+    jobs = [
+        RunJob(
+            spec,
+            str(store),
+            fingerprint,
+            deadline,
+            None if loaders is None else loaders[spec.setting.dataset],
+        )
+        for spec in specs
+    ]
+    results: list[dict[str, Any]] = run_many(execute_job, jobs, executor=executor, progress=False)
+    return results
+
+
 def compute(
     profile: str = "quick",
     *,
@@ -159,20 +277,40 @@ def compute(
     catalogue: Sequence[Setting] = SETTINGS,
     output: Output | None = None,
     deadline: float | None = None,
+    executor: Executor = None,
 ) -> None:
     """Train every selected setting and each task's baseline; save results and statements.
 
     ``config``, ``loaders`` and ``catalogue`` replace the profile, the data loaders and
     :data:`~reproductions.bu2019_gdp.settings.SETTINGS` (tests use tiny ones); ``output`` the
     folders; ``deadline`` (a ``time.time()`` value) stops runs early, saved as stopped.
+    ``executor`` (None or ``"local"``: here, one run after another) trains the runs at once
+    through :func:`dpcore.runs.run_many` (:func:`fan_out`) into the run store (used then
+    whatever the profile), and they are read back from it: the same rows.
+
+    Raises:
+        InvalidParameterError: the profile, its settings or ``executor`` is invalid (before
+            anything runs).
+        RunsFailedError: fanned-out runs still failed after one retry.
     """
     config = profile_config(PROFILES, profile, config)
+    fanned = fanning_out(executor)
     output = output or Output()
     stem = results_stem(config.profile)
-    store = output.store(stem) if config.checkpoint else None
+    store = output.store(stem) if config.checkpoint or fanned is not None else None
     fingerprint = output.code(*CODE_MODULES)
     settings = selected_settings(config, catalogue)
     wall = time.perf_counter()
+    if fanned is not None:
+        assert store is not None
+        fan_out(
+            run_specs(config, catalogue),
+            fanned,
+            store=store,
+            fingerprint=fingerprint,
+            loaders=loaders,
+            deadline=deadline,
+        )
     rows: list[dict[str, Any]] = []
     summary: dict[str, Any] = {}
     trained = 0.0  # training seconds of every run, over all the calls that advanced it
@@ -181,14 +319,7 @@ def compute(
         mine = [s for s in settings if s.dataset == dataset]
         statements: dict[str, Any] = {}
         for setting in mine:
-            spec = RunSpec(
-                setting=setting,
-                epochs=epochs_run(config, setting),
-                seed=config.seed,
-                train_subset=config.train_subset.get(dataset),
-                test_subset=config.test_subset.get(dataset),
-                eval_batch=config.eval_batch,
-            )
+            spec = private_spec(config, setting)
             state, trainer = execute(spec, data, store, fingerprint=fingerprint, deadline=deadline)
             assert isinstance(trainer, DPTrainer)
             rows += state.rows
@@ -200,15 +331,7 @@ def compute(
         text = json.dumps(statements, indent=2, sort_keys=True, default=str) + "\n"
         atomic_write_text(output.path(f"{stem}_{dataset}_privacy.json"), text)
         if config.baseline:
-            spec = RunSpec(
-                setting=mine[0],
-                epochs=max(epochs_run(config, s) for s in mine),
-                seed=config.seed,
-                private=False,
-                train_subset=config.train_subset.get(dataset),
-                test_subset=config.test_subset.get(dataset),
-                eval_batch=config.eval_batch,
-            )
+            spec = baseline_spec(config, mine)
             state, _ = execute(spec, data, store, fingerprint=fingerprint, deadline=deadline)
             rows += state.rows
             trained += state.seconds
@@ -227,6 +350,7 @@ def compute(
         extra={
             "seed": config.seed,
             "hardware": hardware_label("cpu"),
+            "runs_spread": spread(fanned),
             "torch": torch.__version__,
             **output.provenance_of_runs(*CODE_MODULES),
             "wall_time_s": round(time.perf_counter() - wall, 1),

@@ -33,6 +33,7 @@ from reproductions.harness import (
     Trainable,
     evaluate,
     run_training,
+    torch_seeded,
 )
 
 #: The code a run's result depends on: a change here starts its runs afresh.
@@ -69,8 +70,8 @@ class RunSpec:
 
 def make_trainer(setting: Setting, data: TaskData, seed: int) -> DPTrainer:
     """DP-SGD or DP-Adam (the setting's optimizer) on a fresh model, Poisson lots of rate q."""
-    torch.manual_seed(seed)
-    model = models.build_model(setting.dataset, data.info)
+    with torch_seeded(seed):
+        model = models.build_model(setting.dataset, data.info)
     factory = DPTrainer.dp_adam if setting.optimizer == "adam" else DPTrainer.dp_sgd
     return factory(
         model,
@@ -91,8 +92,8 @@ def make_trainer(setting: Setting, data: TaskData, seed: int) -> DPTrainer:
 def make_baseline(setting: Setting, data: TaskData, seed: int) -> NonPrivateTrainer:
     """The same model, plain SGD/Adam (the setting's, same learning rate), batches of q n."""
     seed = seed + 99
-    torch.manual_seed(seed)
-    model = models.build_model(setting.dataset, data.info)
+    with torch_seeded(seed):
+        model = models.build_model(setting.dataset, data.info)
     optimizer = torch.optim.Adam if setting.optimizer == "adam" else torch.optim.SGD
     return NonPrivateTrainer(
         model,

@@ -18,7 +18,7 @@ from dpcore.torch.models import IMDB_SEQUENCE_LENGTH, imdb_lstm
 from dpcore.torch.samplers import PoissonSampler
 from dpcore.torch.training import DPTrainer
 from reproductions.bu2021_jl import config as paper
-from reproductions.harness import NonPrivateTrainer, Trainable
+from reproductions.harness import NonPrivateTrainer, Trainable, torch_seeded
 
 STEM = "bu2021_jl_summary"
 
@@ -119,8 +119,9 @@ def make_trainer(
 ) -> Trainable:
     """A fresh model and its optimizer: plain Adam, exact DP-Adam or DP-Adam-JL."""
     _, key, r = method
-    torch.manual_seed(config.seed)
-    model = imdb_lstm(recurrent="dplstm" if key == "dp_adam_exact" else "lstm").to(inputs.device)
+    with torch_seeded(config.seed):
+        model = imdb_lstm(recurrent="dplstm" if key == "dp_adam_exact" else "lstm")
+    model = model.to(inputs.device)
     if key == "nonprivate":
         return NonPrivateTrainer(
             model,

@@ -8,7 +8,8 @@ its :class:`Output` (a resumable run in a :class:`dpcore.runs.RunStore`), and sa
 
 The training names (which need torch) load on first use, so :class:`Output`, :class:`RunState`
 also work where torch is not installed (the TF Privacy environment). Runs fan out through
-:func:`dpcore.runs.run_many`.
+:func:`dpcore.runs.run_many` on the executor a reproduction is given (:func:`fanning_out`,
+described in its results by :func:`spread`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from reproductions.harness.fanout import Executor, fanning_out, spread
 from reproductions.harness.output import ROOT, Output
 from reproductions.harness.store import RunState, TrainingSpec
 
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
         expected_rating,
         hardware_label,
         run_training,
+        torch_seeded,
     )
 
 _TRAINING = (
@@ -38,10 +41,12 @@ _TRAINING = (
     "expected_rating",
     "hardware_label",
     "run_training",
+    "torch_seeded",
 )
 
 __all__ = [
     "ROOT",
+    "Executor",
     "NonPrivateTrainer",
     "Output",
     "RunState",
@@ -50,8 +55,11 @@ __all__ = [
     "cpu_settings",
     "evaluate",
     "expected_rating",
+    "fanning_out",
     "hardware_label",
     "run_training",
+    "spread",
+    "torch_seeded",
 ]
 
 

@@ -6,8 +6,10 @@ Everything runs on tiny generated data (loaders monkeypatched), never the real d
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -17,10 +19,11 @@ import torch
 from dpcore.errors import InvalidParameterError
 from dpcore.runs.markers import write_between_markers
 from dpcore.torch.per_example.fast import fast_path_supports
+from dpcore.torch.training import DPTrainer
 from reproductions.bu2019_gdp import data, models, training, training_report, training_runs
 from reproductions.bu2019_gdp.data import TaskData
 from reproductions.bu2019_gdp.settings import SETTINGS, Setting
-from reproductions.harness import Output, evaluate
+from reproductions.harness import NonPrivateTrainer, Output, evaluate, torch_seeded
 
 # ----------------------------------------------------------------------------- models
 
@@ -348,3 +351,86 @@ def test_profiles_use_the_papers_settings() -> None:
     # the full profile runs the paper's epochs; quick runs fewer and says so in the table
     assert all(training.epochs_run(training.PROFILES["full"], s) == s.epochs for s in full)
     assert all(training.epochs_run(training.PROFILES["quick"], s) < s.epochs for s in quick)
+
+
+# ----------------------------------------------------------------------------- fanned out
+
+
+def _seeded_task(dataset: str) -> TaskData:
+    """The tiny task of :data:`LOADERS`, the same on every call (in any thread or process)."""
+    with torch_seeded(11):
+        return LOADERS[dataset]()
+
+
+SEEDED = {dataset: functools.partial(_seeded_task, dataset) for dataset in LOADERS}
+
+
+def _untimed(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in row.items() if k != "wall_s"} for row in rows]
+
+
+def _never_trains(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(self: object) -> None:
+        raise AssertionError("a finished run was trained again")
+
+    monkeypatch.setattr(DPTrainer, "step", refuse)
+    monkeypatch.setattr(NonPrivateTrainer, "step", refuse)
+
+
+def test_runs_fanned_out_on_threads_give_the_in_process_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every setting and baseline trained at once on a thread pool, into the run store, gives the
+    rows and summary of the runs trained here one after another; run again on the same store,
+    nothing trains."""
+    here, threads = Output.under(tmp_path / "here"), Output.under(tmp_path / "threads")
+    training.compute(config=TINY, loaders=SEEDED, catalogue=CATALOGUE, output=here)
+    assert not here.runs.exists()  # in process, the quick profile keeps no run store
+    with ThreadPoolExecutor(2) as pool:
+        training.compute(
+            config=TINY, loaders=SEEDED, catalogue=CATALOGUE, output=threads, executor=pool
+        )
+    ours, theirs = here.load_results(training.STEM), threads.load_results(training.STEM)
+    assert _untimed(ours["rows"]) == _untimed(theirs["rows"]) and len(ours["rows"]) == 8
+    assert ours["summary"] == theirs["summary"]
+    assert theirs["runs_spread"] == "fanned out on ThreadPoolExecutor"
+    specs = training.run_specs(TINY, CATALOGUE)
+    assert len(specs) == 8 and len(list(threads.store(training.STEM).iterdir())) == len(specs)
+    _never_trains(monkeypatch)
+    with ThreadPoolExecutor(2) as pool:
+        training.compute(
+            config=TINY, loaders=SEEDED, catalogue=CATALOGUE, output=threads, executor=pool
+        )
+    assert threads.load_results(training.STEM)["rows"] == theirs["rows"]
+
+
+def test_runs_fanned_out_on_spawned_processes_give_the_in_process_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same in fresh interpreters (``--executor processes:2``), the runs' results coming back
+    through the store; a rerun on that store trains nothing."""
+    config = dataclasses.replace(TINY, settings=("adult_tiny", "movielens_tiny"))
+    here, spawned = Output.under(tmp_path / "here"), Output.under(tmp_path / "spawned")
+    training.compute(config=config, loaders=SEEDED, catalogue=CATALOGUE, output=here)
+    training.compute(
+        config=config, loaders=SEEDED, catalogue=CATALOGUE, output=spawned, executor="processes:2"
+    )
+    ours, theirs = here.load_results(training.STEM), spawned.load_results(training.STEM)
+    assert _untimed(ours["rows"]) == _untimed(theirs["rows"]) and len(ours["rows"]) == 4
+    assert ours["summary"] == theirs["summary"] and theirs["runs_spread"] == "2 runs at once"
+    _never_trains(monkeypatch)  # here, where the workers' runs are read back from the store
+    with ThreadPoolExecutor(1) as pool:
+        training.compute(
+            config=config, loaders=SEEDED, catalogue=CATALOGUE, output=spawned, executor=pool
+        )
+    assert spawned.load_results(training.STEM)["rows"] == theirs["rows"]
+
+
+def test_a_bad_executor_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    output = Output.under(tmp_path)
+    for executor in ("threads:2", object()):
+        with pytest.raises(InvalidParameterError, match="executor"):
+            training.compute(
+                config=TINY, loaders=SEEDED, catalogue=CATALOGUE, output=output, executor=executor
+            )
+    assert not output.figures.exists() and not output.runs.exists()

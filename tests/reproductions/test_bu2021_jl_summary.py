@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import dpcore.data.text
+from dpcore.errors import InvalidParameterError
 from dpcore.torch.models import IMDbLSTM, imdb_lstm
 from reproductions.bu2021_jl import summary, summary_setup
 from reproductions.bu2021_jl.summary import SummaryConfig
@@ -196,7 +197,6 @@ def test_runs_of_earlier_code_are_reported_only_when_asked(sandbox: Path) -> Non
     """``Output.runs_code`` reads runs stored under another code fingerprint (``--runs-code``)."""
     import time
 
-    from dpcore.errors import InvalidParameterError
     from reproductions.__main__ import main
 
     config = dataclasses.replace(TINY, checkpoint=True)
@@ -235,3 +235,41 @@ def test_run_spec_names_the_review_length_only_when_not_the_papers() -> None:
     assert full.sequence_length == 150 and quick.sequence_length < 150
     assert "sequence_length" not in summary._run_spec(full, "dp_adam_exact", None)
     assert summary._run_spec(quick, "dp_adam_exact", None)["sequence_length"] == 50
+
+
+def _untimed(rows: list[dict]) -> list[dict]:
+    timed = ("wall_s", "train_seconds_per_step")
+    return [{k: v for k, v in row.items() if k not in timed} for row in rows]
+
+
+def test_methods_fanned_out_on_threads_give_the_in_process_results(
+    sandbox: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The methods trained at once on a thread pool, into the run store, give the rows of the
+    methods trained here one after another; run again on the same store, nothing trains."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dpcore.torch.training import DPTrainer
+
+    here, threads = Output.under(sandbox / "here"), Output.under(sandbox / "threads")
+    summary.compute("quick", data_loader=_tiny_data, config=TINY, output=here)
+    assert not here.runs.exists()  # in process, the quick profile keeps no run store
+    with ThreadPoolExecutor(2) as pool:
+        summary.compute("quick", data_loader=_tiny_data, config=TINY, output=threads, executor=pool)
+    ours, theirs = here.load_results(summary.STEM), threads.load_results(summary.STEM)
+    assert _untimed(ours["rows"]) == _untimed(theirs["rows"]) and len(ours["rows"]) == 3
+    assert all(row["status"] == "done" for row in theirs["rows"])
+    assert theirs["runs_spread"] == "fanned out on ThreadPoolExecutor"
+    assert ours["runs_spread"] == "one run after another, in this process"
+    assert len(list(threads.store(summary.STEM).iterdir())) == len(summary.methods(TINY))
+
+    def refuse(self: object) -> None:
+        raise AssertionError("a finished run was trained again")
+
+    monkeypatch.setattr(DPTrainer, "step", refuse)
+    monkeypatch.setattr(NonPrivateTrainer, "step", refuse)
+    with ThreadPoolExecutor(2) as pool:
+        summary.compute("quick", data_loader=_tiny_data, config=TINY, output=threads, executor=pool)
+    assert threads.load_results(summary.STEM)["rows"] == theirs["rows"]
+    with pytest.raises(InvalidParameterError, match="executor"):
+        summary.compute("quick", data_loader=_tiny_data, config=TINY, executor="threads:2")
