@@ -10,7 +10,9 @@ every epoch, so the scoreboard's explanation of the gap reads a measured number,
 
 Profiles: ``quick`` (1 epoch, seed 0, a check that it runs) and ``full`` (the paper's 15
 epochs, seeds 0-2), saved as ``figures/bu2019_initialisation[_full].json``; the full runs resume
-from the run store.
+from the run store. With an ``executor`` (``--executor processes:6``) the runs (each
+initialisation and seed, independent) train at once through :func:`dpcore.runs.run_many` into
+the run store, and are read back from it.
 """
 
 from __future__ import annotations
@@ -19,19 +21,41 @@ import dataclasses
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from dpcore.runs import ExecutorChoice, SupportsSubmit, run_many
 from reproductions.bu2019_gdp.data import LOADERS, TaskData
 from reproductions.bu2019_gdp.settings import by_name
 from reproductions.bu2019_gdp.training_runs import make_trainer
 from reproductions.common import profile_config
-from reproductions.harness import Output, RunState, cpu_settings, evaluate, hardware_label
+from reproductions.harness import (
+    Executor,
+    Output,
+    RunState,
+    cpu_settings,
+    evaluate,
+    fanning_out,
+    hardware_label,
+    spread,
+)
 from reproductions.harness import run_training as train
 
-__all__ = ["INITS", "PROFILES", "STEM", "InitConfig", "compute", "keras_init", "plot"]
+__all__ = [
+    "INITS",
+    "PROFILES",
+    "STEM",
+    "InitConfig",
+    "InitJob",
+    "compute",
+    "execute_job",
+    "fan_out",
+    "keras_init",
+    "plot",
+]
 
 STEM = "bu2019_initialisation"
 #: torch's default initialisation, and Keras' (the paper's framework).
@@ -94,16 +118,16 @@ def results_stem(profile: str) -> str:
 
 
 def _execute(
-    config: InitConfig, init: str, seed: int, data: TaskData, output: Output, fingerprint: str,
-    deadline: float | None,
+    config: InitConfig, init: str, seed: int, data: TaskData, store: Path | None,
+    fingerprint: str, deadline: float | None,
 ) -> RunState:  # fmt: skip
+    """Train one initialisation and seed (resuming from ``store`` when it holds the run)."""
     setting = by_name(config.setting)
     trainer = make_trainer(setting, data, seed)
     if init == "keras":
         keras_init(trainer.model, seed)  # before any step: the optimizer holds the same tensors
     spec = {"check": STEM, "setting": setting.name, "init": init, "seed": seed}
     spec["epochs"] = config.epochs
-    store = output.store(results_stem(config.profile)) if config.profile == "full" else None
     state = RunState.open(store, spec, fingerprint)
     per_epoch = trainer.sampler.steps_per_epoch
     train(
@@ -122,6 +146,58 @@ def _execute(
     return state
 
 
+@dataclasses.dataclass(frozen=True)
+class InitJob:
+    """One initialisation and seed as a picklable job for a worker (see :func:`fan_out`)."""
+
+    config: InitConfig
+    init: str
+    seed: int
+    store: str
+    fingerprint: str
+    deadline: float | None
+    #: Module-level (picklable) replacement of the task's loader, e.g. small data in tests.
+    loader: Callable[[], TaskData] | None = None
+
+
+def execute_job(job: InitJob) -> dict[str, Any]:
+    """Train one run in this process (the profile's torch threads), resuming from and committing
+    to the run store, until it is done or ``job.deadline``: what it is and whether it is done."""
+    data = (job.loader or LOADERS[by_name(job.config.setting).dataset])()
+    with cpu_settings(job.config.threads):
+        state = _execute(
+            job.config, job.init, job.seed, data, Path(job.store), job.fingerprint, job.deadline
+        )
+    return {"init": job.init, "seed": job.seed, "done": state.done}
+
+
+def fan_out(
+    config: InitConfig,
+    executor: ExecutorChoice | SupportsSubmit,
+    *,
+    store: Path,
+    fingerprint: str,
+    loader: Callable[[], TaskData] | None = None,
+    deadline: float | None = None,
+) -> list[dict[str, Any]]:
+    """Train every (initialisation, seed) at once through ``executor`` into ``store``.
+
+    Each run is independent (its own seeds), so where it trains does not change its rows.
+    ``loader`` must be picklable for an executor that pickles (spawned processes, Dask, Ray,
+    Slurm).
+
+    Raises:
+        RunsFailedError: runs still failed after one retry (each resumes from the store).
+    """
+    jobs = [
+        InitJob(config, init, seed, str(store), fingerprint, deadline, loader)
+        for init in INITS
+        for seed in config.seeds
+    ]
+    results: list[dict[str, Any]] = run_many(execute_job, jobs, executor=executor, progress=False)
+    return results
+
+
 def compute(
     profile: str = "quick",
     *,
@@ -129,13 +205,31 @@ def compute(
     loader: Callable[[], TaskData] | None = None,
     output: Output | None = None,
     deadline: float | None = None,
+    executor: Executor = None,
 ) -> None:
-    """Train the setting with each initialisation and seed; save rows and a per-init summary."""
+    """Train the setting with each initialisation and seed; save rows and a per-init summary.
+
+    ``executor`` (None or ``"local"``: here, one run after another) trains the runs at once
+    through :func:`dpcore.runs.run_many` (:func:`fan_out`) into the run store (used then
+    whatever the profile), and they are read back from it: the same rows.
+
+    Raises:
+        InvalidParameterError: the profile or ``executor`` is invalid (before anything runs).
+        RunsFailedError: fanned-out runs still failed after one retry.
+    """
     config = profile_config(PROFILES, profile, config)
+    fanned = fanning_out(executor)
     output = output or Output()
     setting = by_name(config.setting)
     data = (loader or LOADERS[setting.dataset])()
     fingerprint = output.code(*CODE_MODULES)
+    stem = results_stem(config.profile)
+    store = output.store(stem) if config.profile == "full" or fanned is not None else None
+    if fanned is not None:
+        assert store is not None
+        fan_out(
+            config, fanned, store=store, fingerprint=fingerprint, loader=loader, deadline=deadline
+        )
     wall = time.perf_counter()
     rows: list[dict[str, Any]] = []
     summary: dict[str, Any] = {}
@@ -144,7 +238,7 @@ def compute(
             finals: dict[str, float] = {}
             unfinished: dict[str, float] = {}
             for seed in config.seeds:
-                state = _execute(config, init, seed, data, output, fingerprint, deadline)
+                state = _execute(config, init, seed, data, store, fingerprint, deadline)
                 rows += state.rows
                 if state.done:
                     finals[str(seed)] = state.rows[-1]["test_accuracy"]
@@ -164,6 +258,7 @@ def compute(
             "setting": dataclasses.asdict(setting),
             "paper_accuracy": setting.paper_metric,
             "hardware": hardware,
+            "runs_spread": spread(fanned),
             "torch": torch.__version__,
             **output.provenance_of_runs(*CODE_MODULES),
             "wall_time_s": round(time.perf_counter() - wall, 1),

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
 import torch
 from torch import nn
 
+from dpcore.torch.training import DPTrainer
 from reproductions.bu2019_gdp import initialisation
 from reproductions.bu2019_gdp.data import TaskData
 from reproductions.bu2019_gdp.models import mnist_cnn
@@ -53,3 +56,32 @@ def test_compute_trains_both_initialisations(tmp_path: Path) -> None:
         item = saved["summary"][init]
         assert set(item["final_accuracy"]) == {"0", "1"} and item["unfinished"] == {}
         assert 0.0 <= item["mean"] <= 1.0
+
+
+def test_runs_fanned_out_on_threads_give_the_in_process_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both initialisations and seeds trained at once on a thread pool, into the run store,
+    give the rows trained here one after another; run again on the same store, nothing trains."""
+    config = dataclasses.replace(initialisation.PROFILES["quick"], seeds=(0, 1))
+    here, threads = Output.under(tmp_path / "here"), Output.under(tmp_path / "threads")
+    initialisation.compute(config=config, loader=_tiny, output=here)
+    assert not here.runs.exists()  # in process, the quick profile keeps no run store
+    with ThreadPoolExecutor(2) as pool:
+        initialisation.compute(config=config, loader=_tiny, output=threads, executor=pool)
+    ours, theirs = (out.load_results(initialisation.STEM) for out in (here, threads))
+    untimed = [
+        [{k: v for k, v in r.items() if k != "wall_s"} for r in x["rows"]] for x in (ours, theirs)
+    ]
+    assert untimed[0] == untimed[1] and len(untimed[0]) == 4
+    assert ours["summary"] == theirs["summary"]
+    assert theirs["runs_spread"] == "fanned out on ThreadPoolExecutor"
+    assert len(list(threads.store(initialisation.STEM).iterdir())) == 4
+
+    def refuse(self: object) -> None:
+        raise AssertionError("a finished run was trained again")
+
+    monkeypatch.setattr(DPTrainer, "step", refuse)
+    with ThreadPoolExecutor(2) as pool:
+        initialisation.compute(config=config, loader=_tiny, output=threads, executor=pool)
+    assert threads.load_results(initialisation.STEM)["rows"] == theirs["rows"]
