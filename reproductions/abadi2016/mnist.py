@@ -15,11 +15,14 @@ training steps; every epsilon is reported for training alone and with the PCA ad
 JSON only. The runs go through the reproduction harness (:mod:`reproductions.harness`); the full
 profile keeps them in the run store (``reproductions/checkpoints/abadi2016_mnist_full/``), so a
 restart resumes them and reads finished ones back, and a ``deadline`` stops them early (saved with
-the epochs reached and a ``status`` saying so).
+the epochs reached and a ``status`` saying so). With an ``executor`` (``--executor
+processes:4``) the noise levels and the baseline (independent runs) train at once through
+:func:`dpcore.runs.run_many` into the run store, and are read back from it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -29,6 +32,7 @@ import torch
 
 from dpcore.atomic import atomic_write_text
 from dpcore.events import dpsgd_event
+from dpcore.runs import ExecutorChoice, SupportsSubmit, run_many
 from dpcore.runs.markers import write_between_markers
 from reproductions.abadi2016.mnist_core import (
     CODE_MODULES,
@@ -50,17 +54,20 @@ from reproductions.abadi2016.mnist_core import (
     with_projection,
 )
 from reproductions.common import profile_config
-from reproductions.harness import Output, hardware_label
+from reproductions.harness import Executor, Output, fanning_out, hardware_label, spread
 
 __all__ = [
     "PROFILES",
+    "LevelJob",
     "MnistConfig",
     "compute",
+    "fan_out",
     "learning_rate",
     "make_model",
     "plot",
     "run",
     "train_baseline",
+    "train_job",
 ]
 
 STEM = "abadi2016_mnist"
@@ -200,30 +207,92 @@ def run(
     return {"rows": rows, "summary": summary, "statements": statements, "code": fingerprint}
 
 
+@dataclasses.dataclass(frozen=True)
+class LevelJob:
+    """One noise level's run (or the baseline's) as a picklable job for a worker."""
+
+    config: MnistConfig
+    #: Index into :data:`LEVELS`; None: the non-private baseline.
+    level: int | None
+    store: str
+    fingerprint: str
+    deadline: float | None
+
+
+def train_job(job: LevelJob) -> dict[str, Any]:
+    """Train ``job``'s run into its run store (where a worker runs it): its name and status."""
+    data = load_data()
+    store = Path(job.store)
+    if job.level is None:
+        state = train_baseline(
+            job.config, data, store=store, fingerprint=job.fingerprint, deadline=job.deadline
+        )
+        return {"run": "non-private", "done": state.done}
+    spec = level_specs(job.config, len(data[0]))[job.level]
+    state, _ = train_private(
+        job.config, spec, data, store=store, fingerprint=job.fingerprint, deadline=job.deadline
+    )
+    return {"run": spec.name, "done": state.done}
+
+
+def fan_out(
+    config: MnistConfig,
+    executor: ExecutorChoice | SupportsSubmit,
+    *,
+    store: Path,
+    fingerprint: str,
+    deadline: float | None = None,
+) -> list[dict[str, Any]]:
+    """Train the three noise levels and the baseline at once through ``executor`` into
+    ``store`` (independent runs, each with its own seeds).
+
+    Raises:
+        RunsFailedError: runs still failed after one retry (each resumes from the store).
+    """
+    levels: list[int | None] = [*range(len(LEVELS)), None]
+    jobs = [LevelJob(config, level, str(store), fingerprint, deadline) for level in levels]
+    results: list[dict[str, Any]] = run_many(train_job, jobs, executor=executor, progress=False)
+    return results
+
+
 def compute(
     profile: str = "quick",
     *,
     config: MnistConfig | None = None,
     output: Output | None = None,
     deadline: float | None = None,
+    executor: Executor = None,
 ) -> None:
     """Run :func:`run` for the profile; save results and privacy statements under ``output``.
 
     ``config`` replaces the profile's (tests use tiny ones); the full profile's runs are kept
     in ``output``'s run store; ``deadline`` (a ``time.time()`` value) stops them early.
+    ``executor`` (None or ``"local"``: here, one run after another) trains the noise levels and
+    the baseline at once through :func:`dpcore.runs.run_many` (:func:`fan_out`) into the run
+    store (used then whatever the profile), and they are read back from it: the same rows.
+
+    Raises:
+        InvalidParameterError: the profile or ``executor`` is invalid (before anything runs).
+        RunsFailedError: fanned-out runs still failed after one retry.
     """
     config = profile_config(PROFILES, profile, config)
+    fanned = fanning_out(executor)
     output = output or Output()
     stem = results_stem(config.profile)
-    store = output.store(stem) if config.checkpoint else None
+    store = output.store(stem) if config.checkpoint or fanned is not None else None
+    fingerprint = output.code(*CODE_MODULES)
     start = time.perf_counter()
-    result = run(config, store=store, deadline=deadline, fingerprint=output.code(*CODE_MODULES))
+    if fanned is not None:
+        assert store is not None
+        fan_out(config, fanned, store=store, fingerprint=fingerprint, deadline=deadline)
+    result = run(config, store=store, deadline=deadline, fingerprint=fingerprint)
     for name, statement in result["statements"].items():
         text = json.dumps(statement, indent=2, sort_keys=True, default=str) + "\n"
         atomic_write_text(output.path(f"{stem}_{name}_privacy.json"), text)
     extra = {
         "seed": config.seed,
         "hardware": hardware_label("cpu"),
+        "runs_spread": spread(fanned),
         "torch": torch.__version__,
         **output.provenance_of_runs(*CODE_MODULES),
         "wall_time_s": round(time.perf_counter() - start, 1),

@@ -35,7 +35,14 @@ from dpcore.torch.samplers import PoissonSampler
 from dpcore.torch.training import DPTrainer
 from reproductions.abadi2016.pca import dp_pca_directions, pca_event, random_directions
 from reproductions.common import code_fingerprint
-from reproductions.harness import NonPrivateTrainer, RunState, Trainable, evaluate, run_training
+from reproductions.harness import (
+    NonPrivateTrainer,
+    RunState,
+    Trainable,
+    evaluate,
+    run_training,
+    torch_seeded,
+)
 
 PROJECTIONS = ("dp_pca", "random", "none")
 #: Training inputs, training labels, test inputs, test labels (flattened pixels in [0, 1]).
@@ -391,8 +398,8 @@ def train_private(
     state = RunState.open(store, private_spec(config, spec, len(x_train)), fingerprint or code())
     directions, state = released_projection(config, spec, x_train, state)
     inputs, test_inputs = project(x_train, directions), project(x_test, directions)
-    torch.manual_seed(spec.seed)
-    model = make_model(config, inputs.shape[1])
+    with torch_seeded(spec.seed):
+        model = make_model(config, inputs.shape[1])
     trainer = DPTrainer.dp_sgd(
         model,
         lr=config.lr_start,
@@ -466,8 +473,8 @@ def train_baseline(
         rng=np.random.default_rng(seed),
     )
     inputs, test_inputs = project(x_train, directions), project(x_test, directions)
-    torch.manual_seed(seed)
-    model = make_model(config, inputs.shape[1])
+    with torch_seeded(seed):
+        model = make_model(config, inputs.shape[1])
     trainer = NonPrivateTrainer(
         model,
         inputs,

@@ -325,3 +325,33 @@ def test_the_schedule_survives_a_checkpoint(tmp_path: Path) -> None:
     assert resumed.optimizer.param_groups[0]["lr"] == 0.1 / 6  # the rate of step 6, not 3
     for a, b in zip(resumed.model.parameters(), reference.model.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_runs_fanned_out_on_threads_give_the_in_process_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The noise levels and the baseline trained at once on a thread pool, into the run store,
+    give the rows trained here one after another; run again on the same store, nothing trains."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    here, threads = Output.under(tmp_path / "here"), Output.under(tmp_path / "threads")
+    mnist.compute(config=TINY, output=here)
+    with ThreadPoolExecutor(2) as pool:
+        mnist.compute(config=TINY, output=threads, executor=pool)
+    ours, theirs = (out.load_results("abadi2016_mnist") for out in (here, threads))
+    assert _without_wall(ours["rows"]) == _without_wall(theirs["rows"])
+    assert len(ours["rows"]) == 4 * 2 and theirs["resumable"]
+
+    def untimed(summary: dict[str, Any]) -> dict[str, Any]:
+        return {
+            name: {k: v for k, v in item.items() if k != "wall_s"} for name, item in summary.items()
+        }
+
+    assert untimed(ours["summary"]) == untimed(theirs["summary"])
+    assert theirs["runs_spread"] == "fanned out on ThreadPoolExecutor"
+    assert len(list(threads.store("abadi2016_mnist").iterdir())) == 4
+    calls: list[object] = []
+    monkeypatch.setattr(mnist_core, "evaluate", lambda *args, **kwargs: calls.append(args))
+    with ThreadPoolExecutor(2) as pool:
+        mnist.compute(config=TINY, output=threads, executor=pool)
+    assert calls == [] and threads.load_results("abadi2016_mnist")["rows"] == theirs["rows"]
