@@ -22,7 +22,9 @@ accounting for the paper's settings (which needs no data) is saved either way.
 The training of one setting (network, augmentation, DP-SGD on the reproduction harness) is in
 :mod:`reproductions.abadi2016.cifar10_training` (re-exported here). The full profile keeps its
 runs in the run store (``reproductions/checkpoints/abadi2016_cifar10/``, a commit every epoch);
-a ``deadline`` stops them early, saved with the epochs reached and a ``status`` saying so.
+a ``deadline`` stops them early, saved with the epochs reached and a ``status`` saying so. With
+an ``executor`` (``--executor processes:3``) the settings (independent runs) train at once
+through :func:`dpcore.runs.run_many` into the run store, and are read back from it.
 """
 
 from __future__ import annotations
@@ -40,12 +42,14 @@ import torch
 from dpcore.atomic import atomic_write_text
 from dpcore.data import DataUnavailableError, cache_dir, load_cifar10
 from dpcore.events import dpsgd_event
+from dpcore.runs import ExecutorChoice, SupportsSubmit, run_many
 from dpcore.runs.markers import write_between_markers
 from reproductions.abadi2016.cifar10_inputs import augment, evaluation_inputs
 from reproductions.abadi2016.cifar10_training import (
     PAPER_SETTINGS,
     AugmentedTrainer,
     CifarConfig,
+    CifarData,
     CifarSetting,
     code,
     make_model,
@@ -53,7 +57,7 @@ from reproductions.abadi2016.cifar10_training import (
 )
 from reproductions.abadi2016.mnist_core import epochs_reached, epsilon_columns, run_status
 from reproductions.common import profile_config
-from reproductions.harness import ROOT, Output, hardware_label
+from reproductions.harness import ROOT, Executor, Output, fanning_out, hardware_label, spread
 
 __all__ = [
     "PAPER_SETTINGS",
@@ -61,15 +65,19 @@ __all__ = [
     "AugmentedTrainer",
     "CifarConfig",
     "CifarSetting",
+    "SettingJob",
     "augment",
     "compute",
     "data_directory",
     "evaluation_inputs",
+    "fan_out",
     "load_cifar10",
+    "load_data",
     "make_model",
     "paper_accounting",
     "plot",
     "readme_table",
+    "train_job",
     "train_setting",
 ]
 
@@ -114,33 +122,97 @@ def paper_accounting(config: CifarConfig, dataset_size: int = 50_000) -> dict[st
     return result
 
 
+def load_data(config: CifarConfig) -> CifarData:
+    """The training and test images and labels in :func:`data_directory`.
+
+    Raises:
+        DataUnavailableError: the batches are not there.
+    """
+    directory = data_directory(config)
+    x_train, y_train = load_cifar10(directory, "train")
+    x_test, y_test = load_cifar10(directory, "test")
+    return x_train, torch.as_tensor(y_train), x_test, torch.as_tensor(y_test)
+
+
+@dataclasses.dataclass(frozen=True)
+class SettingJob:
+    """One setting's run as a picklable job for a worker (see :func:`fan_out`)."""
+
+    config: CifarConfig
+    setting: CifarSetting
+    store: str
+    fingerprint: str
+    deadline: float | None
+
+
+def train_job(job: SettingJob) -> dict[str, Any]:
+    """Train ``job``'s setting into its run store (where a worker runs it, the data in
+    :func:`data_directory` there): its name and status."""
+    state, _ = train_setting(
+        job.config, job.setting, load_data(job.config), store=Path(job.store),
+        fingerprint=job.fingerprint, deadline=job.deadline,
+    )  # fmt: skip
+    return {"setting": job.setting.name, "done": state.done}
+
+
+def fan_out(
+    config: CifarConfig,
+    executor: ExecutorChoice | SupportsSubmit,
+    *,
+    store: Path,
+    fingerprint: str,
+    deadline: float | None = None,
+) -> list[dict[str, Any]]:
+    """Train the profile's settings at once through ``executor`` into ``store`` (independent
+    runs, each with its own seeds).
+
+    Raises:
+        RunsFailedError: runs still failed after one retry (each resumes from the store).
+    """
+    jobs = [
+        SettingJob(config, setting, str(store), fingerprint, deadline)
+        for setting in config.settings
+    ]
+    results: list[dict[str, Any]] = run_many(train_job, jobs, executor=executor, progress=False)
+    return results
+
+
 def compute(
     profile: str = "quick",
     *,
     config: CifarConfig | None = None,
     output: Output | None = None,
     deadline: float | None = None,
+    executor: Executor = None,
 ) -> None:
     """Train the profile's settings if the data is there; otherwise save a "not run" record.
 
     ``config`` replaces the profile's; ``output`` the folders (the full profile's runs go to its
-    run store); ``deadline`` (a ``time.time()`` value) stops the runs early.
+    run store); ``deadline`` (a ``time.time()`` value) stops the runs early. ``executor`` (None
+    or ``"local"``: here, one setting after another) trains the settings at once through
+    :func:`dpcore.runs.run_many` (:func:`fan_out`) into the run store (used then whatever the
+    profile), and they are read back from it: the same rows.
+
+    Raises:
+        InvalidParameterError: the profile or ``executor`` is invalid (before anything runs).
+        RunsFailedError: fanned-out runs still failed after one retry.
     """
     config = profile_config(PROFILES, profile, config)
+    fanned = fanning_out(executor)
     output = output or Output()
     start = time.perf_counter()
     directory = data_directory(config)
     extra: dict[str, Any] = {
         "seed": config.seed,
         "hardware": hardware_label("cpu"),
+        "runs_spread": spread(fanned),
         "torch": torch.__version__,
         "directory": str(directory),
         "reported_settings": [dataclasses.asdict(item) for item in reported_settings(config)],
         "paper_accounting": paper_accounting(config),
     }
     try:
-        x_train, y_train = load_cifar10(directory, "train")
-        x_test, y_test = load_cifar10(directory, "test")
+        data = load_data(config)
     except DataUnavailableError as error:
         print(f"{STEM}: {NOT_RUN} ({error})", flush=True)
         output.path(f"{STEM}.csv").unlink(missing_ok=True)
@@ -148,9 +220,12 @@ def compute(
         extra["wall_time_s"] = round(time.perf_counter() - start, 1)
         output.save_results(STEM, config=config, rows=[], extra=extra)
         return
-    data = (x_train, torch.as_tensor(y_train), x_test, torch.as_tensor(y_test))
-    store = output.store(STEM) if config.checkpoint else None
+    x_train, x_test = data[0], data[2]
+    store = output.store(STEM) if config.checkpoint or fanned is not None else None
     fingerprint = code()
+    if fanned is not None:
+        assert store is not None
+        fan_out(config, fanned, store=store, fingerprint=fingerprint, deadline=deadline)
     rows: list[dict[str, Any]] = []
     summary: dict[str, Any] = {}
     for setting in config.settings:

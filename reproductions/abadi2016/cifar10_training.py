@@ -24,7 +24,7 @@ from dpcore.torch.samplers import PoissonSampler
 from dpcore.torch.training import DPTrainer
 from reproductions.abadi2016.cifar10_inputs import augment, evaluation_inputs
 from reproductions.common import code_fingerprint
-from reproductions.harness import RunState, Trainable, evaluate, run_training
+from reproductions.harness import RunState, Trainable, evaluate, run_training, torch_seeded
 
 #: The code a run's result depends on: a change here starts its runs afresh.
 CODE_MODULES = (
@@ -195,8 +195,8 @@ def train_setting(
     state = RunState.open(store, run_spec(config, setting, n), fingerprint or code())
     fixed = evaluation_inputs(x_train, config.crop)
     test_inputs = evaluation_inputs(x_test, config.crop)
-    torch.manual_seed(config.seed)
-    model = make_model(config)
+    with torch_seeded(config.seed):
+        model = make_model(config)
     trainer = DPTrainer.dp_sgd(
         model,
         lr=config.learning_rate,

@@ -206,3 +206,33 @@ def test_interrupted_setting_resumes_to_the_same_rows(
     _evaluations(monkeypatch, crash_at=1)
     again, _ = cifar10.train_setting(config, TINY_SETTING, data, store=store)
     assert again.rows == resumed.rows
+
+
+def test_settings_fanned_out_on_threads_give_the_in_process_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two settings trained at once on a thread pool, into the run store, give the rows trained
+    here one after another; run again on the same store, nothing trains."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    _write_batches(tmp_path / "cifar")
+    other = dataclasses.replace(TINY_SETTING, name="tiny64", lot_size=64, epochs=1)
+    config = dataclasses.replace(_tiny(tmp_path / "cifar"), settings=(TINY_SETTING, other))
+    here, threads = Output.under(tmp_path / "here"), Output.under(tmp_path / "threads")
+    cifar10.compute(config=config, output=here)
+    with ThreadPoolExecutor(2) as pool:
+        cifar10.compute(config=config, output=threads, executor=pool)
+    ours, theirs = (out.load_results("abadi2016_cifar10") for out in (here, threads))
+
+    def untimed(rows: list[dict]) -> list[dict]:
+        return [{k: v for k, v in row.items() if k != "wall_s"} for row in rows]
+
+    assert untimed(ours["rows"]) == untimed(theirs["rows"]) and len(ours["rows"]) == 3
+    assert ours["summary"] == theirs["summary"]
+    assert theirs["runs_spread"] == "fanned out on ThreadPoolExecutor"
+    assert len(list(threads.store("abadi2016_cifar10").iterdir())) == 2
+    calls: list[object] = []
+    monkeypatch.setattr(cifar10_training, "evaluate", lambda *args, **kwargs: calls.append(args))
+    with ThreadPoolExecutor(2) as pool:
+        cifar10.compute(config=config, output=threads, executor=pool)
+    assert calls == [] and threads.load_results("abadi2016_cifar10")["rows"] == theirs["rows"]
