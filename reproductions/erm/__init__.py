@@ -7,14 +7,15 @@ their results; ``plot()`` draws the figures from the saved files only.
 from __future__ import annotations
 
 from reproductions.erm import excess_risk, median_audit
-from reproductions.harness import Output
+from reproductions.harness import Executor, Output
 
 
-def compute(profile: str, *, output: Output | None = None) -> None:
+def compute(profile: str, *, output: Output | None = None, executor: Executor = None) -> None:
     """Compute and save both parts at the given profile (``quick`` or ``full``) to ``output``
-    (default: figures/)."""
-    median_audit.compute(profile, output=output)
-    excess_risk.compute(profile, output=output)
+    (default: figures/), their runs through :func:`dpcore.runs.run_many` on ``executor`` (None or
+    ``"local"``: here, one after another)."""
+    median_audit.compute(profile, output=output, executor=executor)
+    excess_risk.compute(profile, output=output, executor=executor)
 
 
 def plot(*, output: Output | None = None) -> None:

@@ -10,9 +10,10 @@ J_lambda(w) - J_lambda(w*_lambda) on the training set; the bounds of :mod:`dpcor
 from __future__ import annotations
 
 import dataclasses
+import functools
+from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from dpcore.erm import bounds
 from dpcore.erm.losses import LogisticLoss
@@ -20,9 +21,11 @@ from dpcore.erm.objective import minimise, regularised_risk
 from dpcore.erm.objective_perturbation import objective_perturbation
 from dpcore.erm.objective_perturbation_gaussian import objective_perturbation_gaussian
 from dpcore.erm.output_perturbation import output_perturbation
+from dpcore.runs import RunStore, run_many
+from reproductions.common import profile_config
 from reproductions.erm.data import LOADERS
 from reproductions.erm.dpsgd import dpsgd_logistic
-from reproductions.harness import Output
+from reproductions.harness import Executor, Output, fanning_out, spread
 
 STEM = "erm_excess_risk"
 LOSS = LogisticLoss()
@@ -33,6 +36,8 @@ METHODS = (
     "objective_gaussian",
     "dpsgd",
 )
+#: The methods of the lambda sweep.
+SWEPT = ("output_laplace", "objective_laplace")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,34 +110,110 @@ def _release(
     return weights
 
 
-def _dataset_rows(name: str, config: ErmConfig) -> list[dict[str, object]]:
+#: The code the rows depend on: a change here computes them afresh in the run store.
+CODE_MODULES = ("dpcore.erm", "reproductions.erm.data", "reproductions.erm.dpsgd", __name__)
+
+
+@functools.lru_cache(maxsize=2)
+def _prepared(name: str, config: ErmConfig) -> tuple[Any, ...]:
+    """``(x, y, x_test, y_test, optima)`` of dataset ``name``: the training rows (subsampled as
+    the profile says) and the non-private optimum and its risk per regularisation."""
     (x, y), (x_test, y_test) = LOADERS[name]()
     if config.max_train is not None and config.max_train < x.shape[0]:
         keep = np.random.default_rng(0).choice(x.shape[0], config.max_train, replace=False)
         x, y = x[keep], y[keep]
-    n, d = x.shape
-    rows = [_row(name, "info", "size", epsilon=None, regularisation=None, seed=n, excess_risk=d)]
-
-    def measure(w: np.ndarray, lam: float, floor: float) -> dict[str, float]:
-        risk = regularised_risk(w, features=x, labels=y, loss=LOSS, regularisation=lam)
-        error = float(np.mean(np.where(x_test @ w >= 0, 1.0, -1.0) != y_test))
-        return {"excess_risk": max(risk - floor, 0.0), "test_error": error}
-
     optima = {}
     for lam in sorted({config.regularisation, *config.lambda_sweep}):
         w = minimise(x, y, loss=LOSS, regularisation=lam)
-        floor = regularised_risk(w, features=x, labels=y, loss=LOSS, regularisation=lam)
-        optima[lam] = (w, floor)
+        optima[lam] = (w, regularised_risk(w, features=x, labels=y, loss=LOSS, regularisation=lam))
+    return x, y, x_test, y_test, optima
+
+
+def _measure(
+    prepared: tuple[Any, ...], w: np.ndarray, lam: float, floor: float
+) -> dict[str, float]:
+    x, y, x_test, y_test, _ = prepared
+    risk = regularised_risk(w, features=x, labels=y, loss=LOSS, regularisation=lam)
+    error = float(np.mean(np.where(x_test @ w >= 0, 1.0, -1.0) != y_test))
+    return {"excess_risk": max(risk - floor, 0.0), "test_error": error}
+
+
+@dataclasses.dataclass(frozen=True)
+class SeedRun:
+    """The private releases of one dataset at one seed: a spec for :func:`seed_rows`."""
+
+    config: ErmConfig
+    dataset: str
+    seed: int
+
+
+def seed_rows(run: SeedRun) -> dict[str, list[dict[str, object]]]:
+    """Every release of ``run``'s dataset and seed, measured: ``epsilon`` (each epsilon, then
+    each of :data:`METHODS`, at the profile's regularisation) and ``lambda`` (each
+    regularisation of the sweep, then output and objective perturbation, at its epsilon).
+
+    Each release draws from its own generator (seeded by seed, epsilon and lambda), so the
+    seeds are independent runs.
+    """
+    config, name, seed = run.config, run.dataset, run.seed
+    prepared = _prepared(name, config)
+    x, y, optima = prepared[0], prepared[1], prepared[4]
+    lam = config.regularisation
+    by_epsilon = []
+    for eps in config.epsilons:
+        for method in METHODS:
+            w = _release(method, x, y, lam=lam, eps=eps, config=config, seed=seed)
+            measured = _measure(prepared, w, lam, optima[lam][1])
+            by_epsilon.append(
+                _row(
+                    name, "epsilon", method, epsilon=eps, regularisation=lam, seed=seed, **measured
+                )
+            )
+    eps = config.lambda_sweep_epsilon
+    by_lambda = []
+    for lam in config.lambda_sweep:
+        for method in SWEPT:
+            w = _release(method, x, y, lam=lam, eps=eps, config=config, seed=seed)
+            measured = _measure(prepared, w, lam, optima[lam][1])
+            by_lambda.append(
+                _row(name, "lambda", method, epsilon=eps, regularisation=lam, seed=seed, **measured)
+            )
+    return {"epsilon": by_epsilon, "lambda": by_lambda}
+
+
+def _dataset_rows(
+    name: str, config: ErmConfig, seeds: dict[int, dict[str, list[dict[str, object]]]]
+) -> list[dict[str, object]]:
+    """The dataset's rows: its size, the non-private optima, the bounds and ``seeds``' releases
+    (:func:`seed_rows` per seed), epsilon by epsilon and lambda by lambda."""
+    prepared = _prepared(name, config)
+    x, optima = prepared[0], prepared[4]
+    n, d = x.shape
+    rows = [_row(name, "info", "size", epsilon=None, regularisation=None, seed=n, excess_risk=d)]
+    for lam, (w, floor) in sorted(optima.items()):
         rows.append(
-            _row(name, "lambda", "non_private", regularisation=lam, **measure(w, lam, floor))
+            _row(
+                name,
+                "lambda",
+                "non_private",
+                regularisation=lam,
+                **_measure(prepared, w, lam, floor),
+            )
         )
     lam = config.regularisation
     w_star, floor = optima[lam]
     rows.append(
-        _row(name, "epsilon", "non_private", regularisation=lam, **measure(w_star, lam, floor))
+        _row(
+            name,
+            "epsilon",
+            "non_private",
+            regularisation=lam,
+            **_measure(prepared, w_star, lam, floor),
+        )
     )
     common = {"n": n, "dimension": d, "regularisation": lam, "smoothness": LOSS.smoothness}
-    for eps in tqdm(config.epsilons, desc=f"ERM {name}", unit="epsilon"):
+    width = len(METHODS)
+    for index, eps in enumerate(config.epsilons):
         for method, value in (
             ("bound_output_laplace", bounds.output_perturbation_excess_risk(epsilon=eps, **common)),
             (
@@ -150,44 +231,50 @@ def _dataset_rows(name: str, config: ErmConfig) -> list[dict[str, object]]:
                 _row(name, "epsilon", method, epsilon=eps, regularisation=lam, excess_risk=value)
             )
         for seed in config.seeds:
-            for method in METHODS:
-                w = _release(method, x, y, lam=lam, eps=eps, config=config, seed=seed)
-                rows.append(
-                    _row(
-                        name,
-                        "epsilon",
-                        method,
-                        epsilon=eps,
-                        regularisation=lam,
-                        seed=seed,
-                        **measure(w, lam, floor),
-                    )
-                )
-    eps = config.lambda_sweep_epsilon
-    for lam in config.lambda_sweep:
+            rows += seeds[seed]["epsilon"][index * width : (index + 1) * width]
+    width = len(SWEPT)
+    for index in range(len(config.lambda_sweep)):
         for seed in config.seeds:
-            for method in ("output_laplace", "objective_laplace"):
-                w = _release(method, x, y, lam=lam, eps=eps, config=config, seed=seed)
-                rows.append(
-                    _row(
-                        name,
-                        "lambda",
-                        method,
-                        epsilon=eps,
-                        regularisation=lam,
-                        seed=seed,
-                        **measure(w, lam, optima[lam][1]),
-                    )
-                )
+            rows += seeds[seed]["lambda"][index * width : (index + 1) * width]
     return rows
 
 
-def compute(profile: str = "quick", *, output: Output | None = None) -> None:
+def compute(
+    profile: str = "quick",
+    *,
+    config: ErmConfig | None = None,
+    output: Output | None = None,
+    executor: Executor = None,
+) -> None:
     """Run every dataset; save rows (measurements, bounds, sizes) to ``output`` (default:
-    figures/)."""
-    config = PROFILES[profile]
-    rows = [row for name in config.datasets for row in _dataset_rows(name, config)]
-    (output or Output()).save_results(STEM, config=config, rows=rows)
+    figures/).
+
+    The releases of each dataset and seed (:class:`SeedRun`, independent) run through
+    :func:`dpcore.runs.run_many`: here, one after another (``executor`` None or ``"local"``),
+    or at once on ``executor``, their rows then kept in the run store (``<runs>/<STEM>``, keyed
+    by :data:`CODE_MODULES`), where a later run reads them back.
+
+    Raises:
+        InvalidParameterError: the profile or ``executor`` is invalid (before anything runs).
+        RunsFailedError: runs still failed after one retry.
+    """
+    config = profile_config(PROFILES, profile, config)
+    fanned = fanning_out(executor)
+    output = output or Output()
+    store = None
+    if fanned is not None:
+        store = RunStore(output.store(STEM), code=output.code(*CODE_MODULES))
+    runs = [SeedRun(config, name, seed) for name in config.datasets for seed in config.seeds]
+    released = run_many(seed_rows, runs, executor=fanned, store=store)
+    by_run = dict(zip(runs, released, strict=True))
+    rows = [
+        row
+        for name in config.datasets
+        for row in _dataset_rows(
+            name, config, {seed: by_run[SeedRun(config, name, seed)] for seed in config.seeds}
+        )
+    ]
+    output.save_results(STEM, config=config, rows=rows, extra={"runs_spread": spread(fanned)})
 
 
 STYLES = {

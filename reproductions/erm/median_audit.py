@@ -10,12 +10,15 @@ thresholds fixed in advance (Bonferroni-paid) gives a bound at or below the clai
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 
 from dpcore.auditing.statistics import epsilon_lower_bound, threshold_sweep_lower_bound
 from dpcore.erm.median import naive_median_release, smooth_median_release
-from reproductions.harness import Output
+from dpcore.runs import RunStore, run_many
+from reproductions.common import profile_config
+from reproductions.harness import Executor, Output, fanning_out, spread
 
 STEM = "erm_median_audit"
 
@@ -44,10 +47,13 @@ PROFILES = {
 }
 
 
-def compute(profile: str = "quick", *, output: Output | None = None) -> None:
-    """Run both variants at every claimed epsilon; save the audit bounds to ``output`` (default:
-    figures/)."""
-    config = PROFILES[profile]
+#: The code the rows depend on: a change here computes them afresh in the run store.
+CODE_MODULES = ("dpcore.erm", "dpcore.auditing", __name__)
+
+
+def audit_rows(config: MedianAuditConfig) -> list[dict[str, Any]]:
+    """Both variants at every claimed epsilon of ``config``: one run (its trials all draw from
+    one generator seeded by ``config.seed``, so the epsilons are not independent runs)."""
     rng = np.random.default_rng(config.seed)
     rows = []
     for epsilon in config.epsilons:
@@ -101,7 +107,35 @@ def compute(profile: str = "quick", *, output: Output | None = None) -> None:
                 "correct_threshold": smooth.threshold,
             }
         )
-    (output or Output()).save_results(STEM, config=config, rows=rows)
+    return rows
+
+
+def compute(
+    profile: str = "quick",
+    *,
+    config: MedianAuditConfig | None = None,
+    output: Output | None = None,
+    executor: Executor = None,
+) -> None:
+    """Run both variants at every claimed epsilon; save the audit bounds to ``output`` (default:
+    figures/).
+
+    The audit is one run (:func:`audit_rows`) through :func:`dpcore.runs.run_many`: here
+    (``executor`` None or ``"local"``), or on ``executor``, its rows then kept in the run store
+    (``<runs>/<STEM>``, keyed by :data:`CODE_MODULES`), where a later run reads them back.
+
+    Raises:
+        InvalidParameterError: the profile or ``executor`` is invalid (before anything runs).
+        RunsFailedError: the run still failed after one retry.
+    """
+    config = profile_config(PROFILES, profile, config)
+    fanned = fanning_out(executor)
+    output = output or Output()
+    store = None
+    if fanned is not None:
+        store = RunStore(output.store(STEM), code=output.code(*CODE_MODULES))
+    (rows,) = run_many(audit_rows, [config], executor=fanned, store=store, progress=False)
+    output.save_results(STEM, config=config, rows=rows, extra={"runs_spread": spread(fanned)})
 
 
 def plot(*, output: Output | None = None) -> None:
