@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
 import subprocess
@@ -24,10 +26,28 @@ def test_the_examples_are_found() -> None:
 def test_example_runs_as_pasted(name: str, tmp_path: Path) -> None:
     here = Path.cwd()
     os.chdir(tmp_path)  # examples may write files (privacy.json)
+    printed = io.StringIO()
     try:
-        exec(compile(EXAMPLES[name], f"README example {name}", "exec"), {"__name__": "readme"})
+        with contextlib.redirect_stdout(printed):
+            exec(compile(EXAMPLES[name], f"README example {name}", "exec"), {"__name__": "readme"})
     finally:
         os.chdir(here)
+    if name == "audit-own-loop":
+        _check_the_audit_examples_sentence(printed.getvalue())
+
+
+def _check_the_audit_examples_sentence(printed: str) -> None:
+    """The sentence after the audit example states what it prints (rows, verdicts, bounds)."""
+    rows = dict(re.findall(r"^\s*(\w+): (.*)$", printed, re.M))
+    assert len(rows) == 9 and all(v.startswith("consistent") for v in rows.values()), printed
+    after = README.read_text().split("<!-- example: audit-own-loop -->", 1)[1]
+    sentence = after.split("```", 2)[2].lstrip("\n").split("\n\n", 1)[0]
+    assert sentence.strip().startswith("It prints nine `consistent` rows"), sentence
+    per_step = re.search(r"ε_lb (\d+\.\d\d)", rows["whitebox_per_step"])
+    one_run = re.search(r"ε_lb (\d+\.\d\d)", rows["one_run"])
+    assert per_step is not None and one_run is not None, printed
+    assert f"per-step ε_lb {per_step.group(1)} against" in " ".join(sentence.split())
+    assert f"one-run ε_lb {one_run.group(1)} against" in " ".join(sentence.split())
 
 
 def test_torchrun_example_runs_as_pasted(tmp_path: Path) -> None:

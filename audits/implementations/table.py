@@ -24,6 +24,7 @@ import dataclasses
 import json
 from typing import Any
 
+from audits.implementations import findings
 from audits.implementations.distributed_worker import NOISE_AVERAGED
 from audits.implementations.dpcore_distributed import DpcoreDistributed
 from audits.implementations.dpcore_torch import DpcoreTorch
@@ -244,6 +245,14 @@ def load(stem: str) -> list[dict[str, Any]]:
     return rows
 
 
+def load_config() -> dict[str, Any]:
+    """The config the saved table was run with."""
+    config: dict[str, Any] = json.loads((RESULTS / "implementations.json").read_text())[
+        "provenance"
+    ]["config"]
+    return config
+
+
 def write_report() -> None:
     """``results/implementations.md`` and the README tables, from the saved summaries."""
     libraries = markdown(load("implementations"))
@@ -259,3 +268,4 @@ def write_report() -> None:
     )
     write_between_markers(README, *MARKERS, libraries + "\n\n" + false_alarm_line())
     write_between_markers(README, *PLANTED_MARKERS, planted)
+    findings.write_report()
