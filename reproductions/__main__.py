@@ -42,7 +42,10 @@ REPRODUCTIONS: dict[str, tuple[Callable[[str], None], Callable[[], None]]] = {
     "abadi2016_mnist": (abadi2016_mnist.compute, abadi2016_mnist.plot),
     "abadi2016_sweeps": (abadi2016_sweeps.compute, abadi2016_sweeps.plot),
     "abadi2016_cifar10": (abadi2016_cifar10.compute, abadi2016_cifar10.plot),
-    "bu2019_tradeoff_curves": (lambda profile: tradeoff_curves.compute(), tradeoff_curves.plot),
+    "bu2019_tradeoff_curves": (
+        lambda profile, executor=None: tradeoff_curves.compute(executor=executor),
+        tradeoff_curves.plot,
+    ),
     "bu2019_privacy": (bu2019_privacy.compute, bu2019_privacy.plot),
     "bu2019_training": (bu2019_training.compute, bu2019_training.plot),
     "bu2019_initialisation": (bu2019_initialisation.compute, bu2019_initialisation.plot),

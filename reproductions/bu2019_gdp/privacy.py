@@ -25,23 +25,24 @@ import dataclasses
 import math
 import time
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from dpcore.accountants import GdpCltAccountant, MomentsAccountant, RdpAccountant
 from dpcore.accountants.pld import PldAccountant
 from dpcore.accountants.rdp import OrderGridEdgeWarning
 from dpcore.errors import InvalidParameterError
 from dpcore.events import DpEvent, dpsgd_event
+from dpcore.runs import RunStore, run_many
 from dpcore.runs.markers import write_between_markers
 from dpcore.tradeoff import GaussianTradeoff
 from reproductions.bu2019_gdp import tradeoff_curves
 from reproductions.bu2019_gdp.settings import SETTINGS, Setting
-from reproductions.common import finite_or_none
-from reproductions.harness import Output
+from reproductions.common import finite_or_none, profile_config
+from reproductions.harness import Executor, Output, fanning_out, spread
 
 STEM = "bu2019_privacy"
 README = Path(__file__).with_name("README.md")
@@ -223,38 +224,108 @@ def _curves(setting: Setting, config: PrivacyConfig) -> dict[str, Any]:
     }
 
 
-def compute(profile: str = "quick", *, output: Output | None = None) -> None:
+#: The code the rows and curves depend on: a change here computes them afresh in the run store.
+CODE_MODULES = (
+    "dpcore.accountants",
+    "dpcore.pld",
+    "dpcore.events",
+    "dpcore.tradeoff",
+    "reproductions.bu2019_gdp.settings",
+    "reproductions.bu2019_gdp.tradeoff_curves",
+    __name__,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class SettingRun:
+    """One setting's table row, a spec for :func:`setting_run`."""
+
+    setting: Setting
+    tolerance: float
+
+
+def setting_run(run: SettingRun) -> dict[str, Any]:
+    """:func:`setting_row` of ``run``'s setting at its PLD tolerance."""
+    return setting_row(run.setting, run.tolerance)
+
+
+@dataclasses.dataclass(frozen=True)
+class CurveRun:
+    """One dataset's trade-off curves, a spec for :func:`curve_run`: its settings, longest
+    first, and the profile's resolution."""
+
+    dataset: str
+    candidates: tuple[Setting, ...]
+    config: PrivacyConfig
+
+
+def curve_run(run: CurveRun) -> dict[str, Any]:
+    """The curves of the longest of ``run.candidates`` whose tight curve keeps its resolution
+    (``curve``, None when none does) and the settings passed over (``rejected``)."""
+    rejected = []
+    for setting in run.candidates:
+        curve = _curves(setting, run.config)
+        if curve["min_tight_minus_rdp"] >= -TIGHT_CHECK_TOLERANCE:
+            return {"curve": curve, "rejected": rejected}
+        # Both curves are valid lower bounds on the true one; a pessimistic tight curve far
+        # below the RDP one has lost its resolution (seen at mu ~ 5): draw the next one.
+        rejected.append({"setting": setting.name, "reason": _REJECTED})
+    return {"curve": None, "rejected": rejected}
+
+
+def compute(
+    profile: str = "quick",
+    *,
+    config: PrivacyConfig | None = None,
+    catalogue: Sequence[Setting] = SETTINGS,
+    output: Output | None = None,
+    executor: Executor = None,
+) -> None:
     """Account for every setting and draw-ready curves; save ``bu2019_privacy.{json,csv}``.
 
     ``output`` (default :class:`~reproductions.harness.Output`: the repository's ``figures/``)
-    receives the files.
+    receives the files; ``config`` and ``catalogue`` replace the profile and the settings.
+    Each setting's row (:class:`SettingRun`) and each dataset's curves (:class:`CurveRun`) are
+    independent runs of :func:`dpcore.runs.run_many`: here, one after another (``executor``
+    None or ``"local"``), or at once on ``executor``, then kept in the run store
+    (``<runs>/<STEM>``, keyed by :data:`CODE_MODULES`), where a later run reads them back.
+
+    Raises:
+        InvalidParameterError: the profile or ``executor`` is invalid (before anything runs).
+        RunsFailedError: runs still failed after one retry.
     """
+    config = profile_config(PROFILES, profile, config)
+    fanned = fanning_out(executor)
     output = output or Output()
-    config = PROFILES[profile]
+    store = None
+    if fanned is not None:
+        store = RunStore(output.store(STEM), code=output.code(*CODE_MODULES))
     start = time.perf_counter()
-    rows = [
-        setting_row(setting, config.pld_relative_tolerance)
-        for setting in tqdm(SETTINGS, desc="Bu et al. privacy", unit="setting")
-    ]
-    curves, rejected = [], []
-    for dataset in tqdm(DATASETS, desc="trade-off curves", unit="dataset"):
-        candidates = sorted(
-            (s for s in SETTINGS if s.dataset == dataset), key=lambda s: s.steps, reverse=True
+    runs = [SettingRun(setting, config.pld_relative_tolerance) for setting in catalogue]
+    rows = run_many(setting_run, runs, executor=fanned, store=store)
+    curve_runs = [
+        CurveRun(
+            dataset,
+            tuple(
+                sorted(
+                    (s for s in catalogue if s.dataset == dataset),
+                    key=lambda s: s.steps,
+                    reverse=True,
+                )
+            ),
+            config,
         )
-        for setting in candidates:
-            curve = _curves(setting, config)
-            if curve["min_tight_minus_rdp"] >= -TIGHT_CHECK_TOLERANCE:
-                curves.append(curve)
-                break
-            # Both curves are valid lower bounds on the true one; a pessimistic tight curve far
-            # below the RDP one has lost its resolution (seen at mu ~ 5): draw the next one.
-            rejected.append({"setting": setting.name, "reason": _REJECTED})
+        for dataset in DATASETS
+        if any(s.dataset == dataset for s in catalogue)
+    ]
+    found = run_many(curve_run, curve_runs, executor=fanned, store=store)
     extra = {
         "seed": None,
         "hardware": "CPU (numerical accounting only)",
+        "runs_spread": spread(fanned),
         "wall_time_s": round(time.perf_counter() - start, 1),
-        "curves": curves,
-        "curves_rejected": rejected,
+        "curves": [item["curve"] for item in found if item["curve"] is not None],
+        "curves_rejected": [entry for item in found for entry in item["rejected"]],
     }
     output.save_results(STEM, config=config, rows=rows, extra=extra)
 

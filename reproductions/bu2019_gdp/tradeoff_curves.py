@@ -11,21 +11,22 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
+from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from dpcore.accountants.gdp_clt import GdpCltAccountant
 from dpcore.accountants.pld import PldAccountant
 from dpcore.accountants.rdp import OrderGridEdgeWarning, RdpAccountant
 from dpcore.events import dpsgd_event
+from dpcore.runs import RunStore, run_many
 from dpcore.tradeoff import (
     GaussianTradeoff,
     PiecewiseLinearTradeoff,
     from_epsilon_delta_curve,
     minimum_hull,
 )
-from reproductions.harness import Output
+from reproductions.harness import Executor, Output, fanning_out, spread
 
 STEM = "bu2019_tradeoff_curves"
 
@@ -89,52 +90,90 @@ def _rdp_curve(setting: Setting, alphas: np.ndarray) -> np.ndarray:
     return np.asarray(from_epsilon_delta_curve(epsilons, deltas)(alphas))
 
 
-def compute(config: TradeoffConfig = TradeoffConfig(), *, output: Output | None = None) -> None:
-    """Compute the three curves per setting; save JSON + CSV to ``output`` (default: figures/)."""
-    output = output or Output()
+@dataclasses.dataclass(frozen=True)
+class CurveRun:
+    """One setting's three curves, a spec for :func:`curve_run`."""
+
+    setting: Setting
+    alphas: int
+    grid_spacing: float
+
+
+def curve_run(run: CurveRun) -> dict[str, Any]:
+    """The tight, CLT and RDP-implied curves of ``run.setting`` on ``run.alphas`` type-I errors
+    (``rows``) and how far the CLT's lies above the tight one (``summary``)."""
+    setting = run.setting
     alphas = np.unique(
         np.concatenate(
-            [np.geomspace(1e-6, 1.0, config.alphas // 2), np.linspace(0.0, 1.0, config.alphas // 2)]
+            [np.geomspace(1e-6, 1.0, run.alphas // 2), np.linspace(0.0, 1.0, run.alphas // 2)]
         )
     )
-    rows = []
-    summaries = []
-    for setting in tqdm(config.settings, desc="Bu et al. tradeoff curves", unit="setting"):
-        mu = (
-            GdpCltAccountant()
-            .compose(
-                dpsgd_event(
-                    sampling_probability=setting.sampling_probability,
-                    noise_multiplier=setting.noise_multiplier,
-                    steps=setting.steps,
-                )
+    mu = (
+        GdpCltAccountant()
+        .compose(
+            dpsgd_event(
+                sampling_probability=setting.sampling_probability,
+                noise_multiplier=setting.noise_multiplier,
+                steps=setting.steps,
             )
-            .mu
         )
-        clt = GaussianTradeoff(mu)(alphas)
-        tight = _tight_curve(setting, alphas, config.grid_spacing)
-        rdp = _rdp_curve(setting, alphas)
-        # Where the CLT curve lies above the tight one it claims more privacy than holds.
-        overstated = float(np.max(clt - tight))
-        summaries.append(
-            {
-                "label": setting.label,
-                "mu_clt": mu,
-                "max_clt_minus_tight": overstated,
-                "clt_understates_privacy_loss": overstated > 1e-4,
-            }
-        )
-        for alpha, t, c, r in zip(alphas, tight, clt, rdp, strict=True):
-            rows.append(
-                {
-                    "setting": setting.label,
-                    "alpha": float(alpha),
-                    "tight": float(t),
-                    "clt": float(c),
-                    "rdp_implied": float(r),
-                }
-            )
-    output.save_results(STEM, config=config, rows=rows, extra={"summary": summaries})
+        .mu
+    )
+    clt = GaussianTradeoff(mu)(alphas)
+    tight = _tight_curve(setting, alphas, run.grid_spacing)
+    rdp = _rdp_curve(setting, alphas)
+    # Where the CLT curve lies above the tight one it claims more privacy than holds.
+    overstated = float(np.max(clt - tight))
+    summary = {
+        "label": setting.label,
+        "mu_clt": float(mu),
+        "max_clt_minus_tight": overstated,
+        "clt_understates_privacy_loss": overstated > 1e-4,
+    }
+    rows = [
+        {
+            "setting": setting.label,
+            "alpha": float(alpha),
+            "tight": float(t),
+            "clt": float(c),
+            "rdp_implied": float(r),
+        }
+        for alpha, t, c, r in zip(alphas, tight, clt, rdp, strict=True)
+    ]
+    return {"summary": summary, "rows": rows}
+
+
+#: The code the curves depend on: a change here computes them afresh in the run store.
+CODE_MODULES = ("dpcore.accountants", "dpcore.pld", "dpcore.events", "dpcore.tradeoff", __name__)
+
+
+def compute(
+    config: TradeoffConfig = TradeoffConfig(),
+    *,
+    output: Output | None = None,
+    executor: Executor = None,
+) -> None:
+    """Compute the three curves per setting; save JSON + CSV to ``output`` (default: figures/).
+
+    Each setting's curves (:class:`CurveRun`, independent) are a run of
+    :func:`dpcore.runs.run_many`: here, one after another (``executor`` None or ``"local"``), or
+    at once on ``executor``, then kept in the run store (``<runs>/<STEM>``, keyed by
+    :data:`CODE_MODULES`), where a later run reads them back.
+
+    Raises:
+        InvalidParameterError: ``executor`` is invalid (before anything runs).
+        RunsFailedError: runs still failed after one retry.
+    """
+    fanned = fanning_out(executor)
+    output = output or Output()
+    store = None
+    if fanned is not None:
+        store = RunStore(output.store(STEM), code=output.code(*CODE_MODULES))
+    runs = [CurveRun(setting, config.alphas, config.grid_spacing) for setting in config.settings]
+    curves = run_many(curve_run, runs, executor=fanned, store=store)
+    rows = [row for curve in curves for row in curve["rows"]]
+    extra = {"summary": [curve["summary"] for curve in curves], "runs_spread": spread(fanned)}
+    output.save_results(STEM, config=config, rows=rows, extra=extra)
 
 
 def plot(*, output: Output | None = None) -> None:

@@ -23,7 +23,6 @@ Which accountant the paper's vanilla curve used is not checked here.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,9 +30,10 @@ from typing import Any
 
 from dpcore.accountants import GdpCltAccountant, JlAccountant, PldAccountant
 from dpcore.events import JLGaussianEvent, PoissonSampledEvent, dpsgd_event
+from dpcore.runs import RunStore, run_many
 from reproductions.bu2021_jl import config as paper
-from reproductions.common import code_fingerprint, finite_or_none
-from reproductions.harness import Output
+from reproductions.common import code_fingerprint, finite_or_none, profile_config
+from reproductions.harness import Executor, Output, fanning_out, spread
 
 STEM = "bu2021_jl_epsilon"
 TABLE = "epsilon-table"
@@ -137,76 +137,90 @@ def _row(
     }
 
 
-def _checkpoint(config: EpsilonConfig, r: int, output: Output) -> Path:
-    """The cache file of one r in ``output``'s run store (``<runs>/bu2021_jl_epsilon/``)."""
-    key = f"q{config.sampling_probability:.6g}_s{config.noise_multiplier:g}_b{config.bins}"
-    name = f"{key}_g{config.grid_spacing:g}_d{config.delta:g}_r{r}.json"
-    return output.store(STEM) / name
+@dataclasses.dataclass(frozen=True)
+class EpsilonRun:
+    """One curve of the figure, a spec for :func:`curve_rows`: DP-SGD-JL at ``r``, or vanilla
+    DP-SGD (``r`` None: its tight PLD interval and its CLT approximation)."""
+
+    config: EpsilonConfig
+    r: int | None
 
 
-def _jl_rows(
-    config: EpsilonConfig, r: int, steps: list[int], *, output: Output
-) -> list[dict[str, Any]]:
-    """Rows of one r, from the checkpoint when it covers these epochs (full runs resume)."""
-    path = _checkpoint(config, r, output)
-    code = code_fingerprint(*ACCOUNTANT_MODULES)
-    if path.is_file():
-        cached = json.loads(path.read_text())
-        if cached.get("steps") == steps and cached.get("code") == code:
-            return list(cached["rows"])
-    # PLD arithmetic only (no RDP order grid, so no OrderGridEdgeWarning): nothing to silence.
-    intervals = jl_epsilon_intervals(
-        sampling_probability=config.sampling_probability,
-        noise_multiplier=config.noise_multiplier,
-        jl_dimension=r,
-        steps=steps,
-        delta=config.delta,
-        bins=config.bins,
-        grid_spacing=config.grid_spacing,
-    )
-    rows = [
-        _row("dp_sgd_jl", r, epoch, count, lower, upper)
-        for epoch, count, (lower, upper) in zip(config.epochs, steps, intervals, strict=True)
-    ]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"steps": steps, "code": code, "rows": rows}) + "\n")
-    return rows
-
-
-def compute(profile: str = "quick", *, output: Output | None = None) -> None:
-    """Epsilon at each epoch of ``PROFILES[profile]`` for every r and for vanilla DP-SGD.
-
-    ``output`` (default :class:`~reproductions.harness.Output`) receives the results and keeps
-    the per-r cache in its run store.
-    """
-    from tqdm import tqdm
-
-    output = output or Output()
-    config = PROFILES[profile]
-    start = time.perf_counter()
+def curve_rows(run: EpsilonRun) -> dict[str, Any]:
+    """The rows of ``run``'s curve at every epoch of its profile (PLD arithmetic only: no RDP
+    order grid, so no warning to silence), and the seconds they took."""
+    config, r = run.config, run.r
+    began = time.perf_counter()
     steps = epoch_steps(config)
     rows: list[dict[str, Any]] = []
-    clt_rows: list[dict[str, Any]] = []
-    for epoch, count in zip(config.epochs, steps, strict=True):
-        vanilla = vanilla_epsilons(
+    if r is None:
+        clt_rows: list[dict[str, Any]] = []
+        for epoch, count in zip(config.epochs, steps, strict=True):
+            vanilla = vanilla_epsilons(
+                sampling_probability=config.sampling_probability,
+                noise_multiplier=config.noise_multiplier,
+                steps=count,
+                delta=config.delta,
+            )
+            rows.append(
+                _row("dp_sgd_pld", None, epoch, count, vanilla["pld_lower"], vanilla["pld_upper"])
+            )
+            clt_rows.append(_row("dp_sgd_clt", None, epoch, count, vanilla["clt"], vanilla["clt"]))
+        rows += clt_rows
+    else:
+        intervals = jl_epsilon_intervals(
             sampling_probability=config.sampling_probability,
             noise_multiplier=config.noise_multiplier,
-            steps=count,
+            jl_dimension=r,
+            steps=steps,
             delta=config.delta,
+            bins=config.bins,
+            grid_spacing=config.grid_spacing,
         )
-        rows.append(
-            _row("dp_sgd_pld", None, epoch, count, vanilla["pld_lower"], vanilla["pld_upper"])
-        )
-        clt_rows.append(_row("dp_sgd_clt", None, epoch, count, vanilla["clt"], vanilla["clt"]))
-    rows += clt_rows
-    seconds: dict[str, float] = {}
-    for r in tqdm(config.jl_dimensions, desc="JL accountant", unit="r"):
-        began = time.perf_counter()
-        rows += _jl_rows(config, r, steps, output=output)
-        seconds[str(r)] = round(time.perf_counter() - began, 2)
+        rows = [
+            _row("dp_sgd_jl", r, epoch, count, lower, upper)
+            for epoch, count, (lower, upper) in zip(config.epochs, steps, intervals, strict=True)
+        ]
+    return {"rows": rows, "seconds": round(time.perf_counter() - began, 2)}
+
+
+def run_store(output: Output) -> RunStore:
+    """Where the curves are kept (``<runs>/bu2021_jl_epsilon/``), keyed by the accountants' code
+    and this module's: a change to either recomputes them."""
+    return RunStore(output.store(STEM), code=code_fingerprint(*ACCOUNTANT_MODULES, __name__))
+
+
+def compute(
+    profile: str = "quick",
+    *,
+    config: EpsilonConfig | None = None,
+    output: Output | None = None,
+    executor: Executor = None,
+) -> None:
+    """Epsilon at each epoch of the profile for every r and for vanilla DP-SGD.
+
+    Each curve (:class:`EpsilonRun`, independent) is a run of :func:`dpcore.runs.run_many`,
+    kept in ``output``'s run store (:func:`run_store`: a full run cut off resumes there): here,
+    one after another (``executor`` None or ``"local"``), or at once on ``executor``.
+
+    Raises:
+        InvalidParameterError: the profile or ``executor`` is invalid (before anything runs).
+        RunsFailedError: runs still failed after one retry.
+    """
+    config = profile_config(PROFILES, profile, config)
+    fanned = fanning_out(executor)
+    output = output or Output()
+    start = time.perf_counter()
+    runs = [EpsilonRun(config, None), *(EpsilonRun(config, r) for r in config.jl_dimensions)]
+    curves = run_many(curve_rows, runs, executor=fanned, store=run_store(output))
+    rows = [row for curve in curves for row in curve["rows"]]
+    seconds = {
+        str(run.r): curve["seconds"] for run, curve in zip(runs, curves, strict=True) if run.r
+    }
     extra = {
         "seed": None,
         "hardware": "CPU (accounting only)",
+        "runs_spread": spread(fanned),
         "wall_time_s": round(time.perf_counter() - start, 1),
         "accountant_seconds_per_r": seconds,
         "sampling_probability": config.sampling_probability,

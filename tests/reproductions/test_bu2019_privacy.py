@@ -198,3 +198,36 @@ def test_plot_and_readme_from_saved_results(tmp_path: Path) -> None:
     text = readme.read_text()
     assert "old" not in text and "| a_setting |" in text
     assert text.startswith("head\n") and text.endswith("tail\n<!-- training-table:start -->\n")
+
+
+def test_settings_and_curves_fanned_out_give_the_in_process_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each setting's row and each dataset's curves at once on a thread pool give the results
+    computed one after another; run again on the same store, nothing is accounted again."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    catalogue = tuple(by_name(name) for name in ("imdb_sigma0.56_e8", "adult_sigma0.55_e17"))
+    config = privacy.PrivacyConfig(alphas=20)
+    here, threads = Output.under(tmp_path / "here"), Output.under(tmp_path / "threads")
+    privacy.compute(config=config, catalogue=catalogue, output=here)
+    assert not here.runs.exists()
+    with ThreadPoolExecutor(2) as pool:
+        privacy.compute(config=config, catalogue=catalogue, output=threads, executor=pool)
+    ours, theirs = (out.load_results(privacy.STEM) for out in (here, threads))
+    assert ours["rows"] == theirs["rows"] and [row["name"] for row in ours["rows"]] == [
+        s.name for s in catalogue
+    ]
+    assert ours["curves"] == theirs["curves"] and len(ours["curves"]) == 2
+    assert theirs["runs_spread"] == "fanned out on ThreadPoolExecutor"
+    assert len(list(threads.store(privacy.STEM).iterdir())) == 4  # 2 rows, 2 datasets' curves
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a stored run was accounted again")
+
+    monkeypatch.setattr(privacy, "setting_row", refuse)
+    monkeypatch.setattr(privacy, "_curves", refuse)
+    with ThreadPoolExecutor(2) as pool:
+        privacy.compute(config=config, catalogue=catalogue, output=threads, executor=pool)
+    again = threads.load_results(privacy.STEM)
+    assert again["rows"] == theirs["rows"] and again["curves"] == theirs["curves"]

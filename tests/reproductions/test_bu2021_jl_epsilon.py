@@ -109,11 +109,11 @@ def test_readme_table_from_saved_results() -> None:
     assert "epsilon after 20 epochs" in table
 
 
-def test_cached_epsilons_are_recomputed_when_the_accountant_changes(
+def test_stored_curves_are_recomputed_when_the_accountant_changes(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """A cache written by older accountant code must not be reused (it once kept the figure on
-    a superseded JL accountant after a fix)."""
+    """A curve stored by older accountant code must not be reused (a cache once kept the figure
+    on a superseded JL accountant after a fix)."""
     from reproductions.bu2021_jl import epsilon_vs_epochs as module
 
     output = Output.under(tmp_path)
@@ -124,15 +124,32 @@ def test_cached_epsilons_are_recomputed_when_the_accountant_changes(
         return [(1.0, 2.0)] * len(kwargs["steps"])  # type: ignore[arg-type]
 
     monkeypatch.setattr(module, "jl_epsilon_intervals", fake_intervals)
-    config = module.EpsilonConfig(epochs=(1, 2))
-    steps = [98, 196]
-    module._jl_rows(config, 10, steps, output=output)
-    module._jl_rows(config, 10, steps, output=output)
-    assert len(calls) == 1  # same code: the cache is used
-    assert [p.parent for p in (tmp_path / "runs").rglob("*.json")] == [output.store(module.STEM)]
+    config = module.EpsilonConfig(epochs=(1, 2), jl_dimensions=(10,))
+    module.compute(config=config, output=output)
+    module.compute(config=config, output=output)
+    assert len(calls) == 1  # same code: the stored curve is read back
+    assert len(list(output.store(module.STEM).iterdir())) == 2  # vanilla and r = 10
     monkeypatch.setattr(module, "code_fingerprint", lambda *modules: "changed")
-    module._jl_rows(config, 10, steps, output=output)
+    module.compute(config=config, output=output)
     assert len(calls) == 2  # the accountant's source changed: recomputed
+
+
+def test_curves_fanned_out_give_the_in_process_rows(tmp_path: Path) -> None:
+    """Every curve at once on a thread pool gives the rows computed one after another."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from reproductions.bu2021_jl import epsilon_vs_epochs as module
+
+    config = module.EpsilonConfig(epochs=(1, 2), jl_dimensions=(10, 30), bins=16)
+    here, threads = Output.under(tmp_path / "here"), Output.under(tmp_path / "threads")
+    module.compute(config=config, output=here)
+    with ThreadPoolExecutor(2) as pool:
+        module.compute(config=config, output=threads, executor=pool)
+    ours, theirs = (out.load_results(module.STEM) for out in (here, threads))
+    assert ours["rows"] == theirs["rows"] and len(ours["rows"]) == 2 * 4
+    assert [row["r"] for row in ours["rows"]][-4:] == [10, 10, 30, 30]
+    assert set(theirs["accountant_seconds_per_r"]) == {"10", "30"}
+    assert theirs["runs_spread"] == "fanned out on ThreadPoolExecutor"
 
 
 def test_compute_and_plot_write_only_through_their_output(
@@ -153,7 +170,7 @@ def test_compute_and_plot_write_only_through_their_output(
         ("dp_sgd_jl", 2),
     ]
     assert output.path(f"{module.STEM}.csv").is_file()
-    assert len(list(output.store(module.STEM).glob("*_r10.json"))) == 1
+    assert len(list(output.store(module.STEM).iterdir())) == 2  # vanilla and r = 10
     readme = tmp_path / "README.md"
     readme.write_text(f"<!-- {module.TABLE}:start -->\nold\n<!-- {module.TABLE}:end -->\n")
     module.plot(output=output, readme=readme)
