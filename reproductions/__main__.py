@@ -38,7 +38,10 @@ from reproductions.samplers import table as sampler_table
 
 #: name -> (compute, plot); compute takes the profile name.
 REPRODUCTIONS: dict[str, tuple[Callable[[str], None], Callable[[], None]]] = {
-    "abadi2016_fig2": (lambda profile: fig2.compute(), fig2.plot),
+    "abadi2016_fig2": (
+        lambda profile, executor=None: fig2.compute(executor=executor),
+        fig2.plot,
+    ),
     "abadi2016_mnist": (abadi2016_mnist.compute, abadi2016_mnist.plot),
     "abadi2016_sweeps": (abadi2016_sweeps.compute, abadi2016_sweeps.plot),
     "abadi2016_cifar10": (abadi2016_cifar10.compute, abadi2016_cifar10.plot),

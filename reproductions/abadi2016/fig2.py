@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from tqdm import tqdm
-
 from dpcore.accountants.report import epsilon_report
 from dpcore.events import dpsgd_event
-from reproductions.harness import Output
+from dpcore.runs import RunStore, run_many
+from reproductions.harness import Executor, Output, fanning_out, spread
 
 STEM = "abadi2016_fig2_epsilon_vs_epochs"
 
@@ -37,24 +36,60 @@ class Fig2Config:
     paper_strong_composition: float = 9.34
 
 
-def compute(config: Fig2Config = Fig2Config(), *, output: Output | None = None) -> None:
+#: The code the rows depend on: a change here computes them afresh in the run store.
+CODE_MODULES = ("dpcore.accountants", "dpcore.pld", "dpcore.events", __name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class EpochsRun:
+    """Epsilon after ``epochs`` epochs of the figure's setting, a spec for :func:`epochs_row`."""
+
+    config: Fig2Config
+    epochs: int
+
+
+def epochs_row(run: EpochsRun) -> dict[str, float | int | None]:
+    """The row of ``run``: its epochs and steps, and epsilon per accountant (one column each:
+    ``advanced``, ``moments``, ``rdp``; ``pld_lower``/``pld_upper``)."""
+    config = run.config
+    steps = run.epochs * round(1 / config.sampling_probability)
+    event = dpsgd_event(
+        sampling_probability=config.sampling_probability,
+        noise_multiplier=config.noise_multiplier,
+        steps=steps,
+    )
+    row: dict[str, float | int | None] = {"epochs": run.epochs, "steps": steps}
+    report = epsilon_report(event, config.delta, config.accountants)
+    row.update({key.removeprefix("epsilon_"): value for key, value in report.items()})
+    return row
+
+
+def compute(
+    config: Fig2Config = Fig2Config(),
+    *,
+    output: Output | None = None,
+    executor: Executor = None,
+) -> None:
     """Compute epsilon for every epoch and accountant; save JSON + CSV to ``output`` (default:
-    figures/)."""
+    figures/).
+
+    Each epoch count (:class:`EpochsRun`, independent) is a run of :func:`dpcore.runs.run_many`:
+    here, one after another (``executor`` None or ``"local"``), or at once on ``executor``, then
+    kept in the run store (``<runs>/<STEM>``, keyed by :data:`CODE_MODULES`), where a later run
+    reads it back.
+
+    Raises:
+        InvalidParameterError: ``executor`` is invalid (before anything runs).
+        RunsFailedError: runs still failed after one retry.
+    """
+    fanned = fanning_out(executor)
     output = output or Output()
-    steps_per_epoch = round(1 / config.sampling_probability)
-    rows = []
-    for epochs in tqdm(config.epochs, desc="Abadi Fig. 2", unit="epoch count"):
-        event = dpsgd_event(
-            sampling_probability=config.sampling_probability,
-            noise_multiplier=config.noise_multiplier,
-            steps=epochs * steps_per_epoch,
-        )
-        row: dict[str, float | int | None] = {"epochs": epochs, "steps": epochs * steps_per_epoch}
-        # Columns: one per accountant ("advanced", "moments", "rdp"), "pld_lower"/"pld_upper".
-        report = epsilon_report(event, config.delta, config.accountants)
-        row.update({key.removeprefix("epsilon_"): value for key, value in report.items()})
-        rows.append(row)
-    output.save_results(STEM, config=config, rows=rows)
+    store = None
+    if fanned is not None:
+        store = RunStore(output.store(STEM), code=output.code(*CODE_MODULES))
+    runs = [EpochsRun(config, epochs) for epochs in config.epochs]
+    rows = run_many(epochs_row, runs, executor=fanned, store=store)
+    output.save_results(STEM, config=config, rows=rows, extra={"runs_spread": spread(fanned)})
 
 
 def plot(*, output: Output | None = None) -> None:

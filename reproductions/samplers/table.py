@@ -22,9 +22,10 @@ from typing import Any
 from dpcore.accountants import PldAccountant, RdpAccountant
 from dpcore.accountants.shuffled import shuffled_lower_bound
 from dpcore.events import GaussianEvent, RandomAllocationEvent, SelfComposedEvent, dpsgd_event
+from dpcore.runs import RunStore, run_many
 from dpcore.runs.markers import write_between_markers
 from reproductions.common import finite_or_none
-from reproductions.harness import Output
+from reproductions.harness import Executor, Output, fanning_out, spread
 from reproductions.samplers.settings import DELTA, SETTINGS, Setting
 
 STEM = "sampler_table"
@@ -92,17 +93,41 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+#: The code the rows depend on: a change here computes them afresh in the run store.
+CODE_MODULES = ("dpcore.accountants", "dpcore.pld", "dpcore.events", __name__)
+
+
 def compute(
     profile: str = "quick",
     *,
     output: Output | None = None,
     readme: Path | None = None,
     settings: Sequence[Setting] = SETTINGS,
+    executor: Executor = None,
 ) -> None:
-    """Save the table (the same in every profile: accounting only, seconds) and the README."""
+    """Save the table (the same in every profile: accounting only, seconds) and the README.
+
+    Each setting's row (:func:`row`, independent) is a run of :func:`dpcore.runs.run_many`:
+    here, one after another (``executor`` None or ``"local"``), or at once on ``executor``, then
+    kept in the run store (``<runs>/<STEM>``, keyed by :data:`CODE_MODULES`), where a later run
+    reads it back.
+
+    Raises:
+        InvalidParameterError: ``executor`` is invalid (before anything runs).
+        RunsFailedError: runs still failed after one retry.
+    """
+    fanned = fanning_out(executor)
     output = output or Output()
-    rows = [row(setting) for setting in settings]
-    output.save_results(STEM, config={"delta": DELTA, "settings": len(settings)}, rows=rows)
+    store = None
+    if fanned is not None:
+        store = RunStore(output.store(STEM), code=output.code(*CODE_MODULES))
+    rows = run_many(row, list(settings), executor=fanned, store=store, progress=False)
+    output.save_results(
+        STEM,
+        config={"delta": DELTA, "settings": len(settings)},
+        rows=rows,
+        extra={"runs_spread": spread(fanned)},
+    )
     write_between_markers(readme or README, *MARKERS, markdown(output.load_results(STEM)["rows"]))
 
 

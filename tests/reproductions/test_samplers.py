@@ -62,3 +62,30 @@ def test_compute_writes_json_and_readme(tmp_path: Path) -> None:
     rows = output.load_results(table.STEM)["rows"]
     assert len(rows) == 1 and (tmp_path / "figures" / f"{table.STEM}.csv").is_file()
     assert table.markdown(rows) in readme.read_text()
+
+
+def test_rows_fanned_out_give_the_in_process_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each setting's row at once on a thread pool gives the table computed here; run again on
+    the same store, nothing is accounted again."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    here, threads = Output.under(tmp_path / "here"), Output.under(tmp_path / "threads")
+    readme = tmp_path / "README.md"
+    readme.write_text(f"a\n{table.MARKERS[0]}\n{table.MARKERS[1]}\nb\n")
+    table.compute(output=here, readme=readme, settings=SETTINGS[:2])
+    with ThreadPoolExecutor(2) as pool:
+        table.compute(output=threads, readme=readme, settings=SETTINGS[:2], executor=pool)
+    ours, theirs = (out.load_results(table.STEM) for out in (here, threads))
+    assert ours["rows"] == theirs["rows"] and len(ours["rows"]) == 2
+    assert theirs["runs_spread"] == "fanned out on ThreadPoolExecutor"
+    assert len(list(threads.store(table.STEM).iterdir())) == 2
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a stored row was accounted again")
+
+    monkeypatch.setattr(table, "shuffled_lower_bound", refuse)
+    with ThreadPoolExecutor(2) as pool:
+        table.compute(output=threads, readme=readme, settings=SETTINGS[:2], executor=pool)
+    assert threads.load_results(table.STEM)["rows"] == ours["rows"]
