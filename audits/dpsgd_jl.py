@@ -48,7 +48,7 @@ import torch
 from torch import nn
 
 from audits.canaries import GradientCanaries, NormEstimate
-from audits.dpsgd_whitebox import WhiteboxConfig, _dataset, _loss, single_thread
+from audits.dpsgd_whitebox import WhiteboxConfig, _dataset, _loss, single_thread, torch_seeded
 from audits.results_io import RESULTS, load, run_store, save
 from dpcore.accountants import JlAccountant, PldAccountant
 from dpcore.auditing.stepwise import held_out_threshold_bound
@@ -147,10 +147,10 @@ def step_scores(
     config: JlAuditConfig, *, jl_dimension: int, canary_norm: float | None, seed: int
 ) -> np.ndarray:
     """Train one DP-SGD-JL run; return s_t = (g_j q N - S_j) / C per step (``None``: no canary)."""
-    torch.manual_seed(seed)
     data = WhiteboxConfig(dataset_size=config.dataset_size, features=config.features)
     x, y = _dataset(data, seed)
-    model = nn.Linear(config.features, 1).to(torch.float64)
+    with torch_seeded(seed):
+        model = nn.Linear(config.features, 1).to(torch.float64)
     c = config.max_grad_norm
     source = RecordingSource(2 * seed + 1)
     engine = JLEngine(model, max_grad_norm=c, jl_dimension=jl_dimension, directions=source)

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from audits.dpsgd_whitebox import calibrated_sigma, single_thread, upper_bounds
+from audits.dpsgd_whitebox import calibrated_sigma, single_thread, torch_seeded, upper_bounds
 from audits.results_io import RESULTS, load, run_store, save
 from dpcore.auditing.stepwise import composed_lower_bound, distinguish
 from dpcore.errors import InvalidParameterError
@@ -181,8 +181,8 @@ def step_scores(
     seed: int,
 ) -> np.ndarray:
     """One run: the score s_t of every step (see the module docstring)."""
-    torch.manual_seed(seed)
-    model = PositionModel(config)
+    with torch_seeded(seed):
+        model = PositionModel(config)
     tokens = _data(config, seed)
     with (
         torch.no_grad()

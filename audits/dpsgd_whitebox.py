@@ -35,6 +35,7 @@ import contextlib
 import dataclasses
 import functools
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -136,9 +137,9 @@ def step_scores(
     seed: int,
 ) -> np.ndarray:
     """Train one run; return s_t = (g_j q N - S_j) / C for every step t (see module doc)."""
-    torch.manual_seed(seed)
     x, y = _dataset(config, seed)
-    model = nn.Linear(config.features, 1).to(torch.float64)
+    with torch_seeded(seed):
+        model = nn.Linear(config.features, 1).to(torch.float64)
     engine = implementation.engine(model, config.max_grad_norm)
     canary = GradientCanaries(
         engine, norm=CANARY_NORM * config.max_grad_norm, clip=implementation.clip_canary
@@ -311,15 +312,58 @@ def run(
     return rows
 
 
+class _SingleThread:
+    """How many blocks of this process are inside :func:`single_thread`, and the setting before."""
+
+    lock = threading.Lock()
+    inside = 0
+    threads = 1
+
+
 @contextlib.contextmanager
 def single_thread() -> Iterator[None]:
-    """One torch thread: the lots are tiny, and intra-op threads only contend on 2 cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    """One torch thread: the lots are tiny, and intra-op threads only contend on 2 cores.
+
+    Runs fanned out on the threads of one process may enter it together: the first to enter
+    sets one thread, the last to leave restores the number there was before the first.
+    """
+    with _SingleThread.lock:
+        if _SingleThread.inside == 0:
+            _SingleThread.threads = torch.get_num_threads()
+            torch.set_num_threads(1)
+        _SingleThread.inside += 1
     try:
         yield
     finally:
-        torch.set_num_threads(threads)
+        with _SingleThread.lock:
+            _SingleThread.inside -= 1
+            if _SingleThread.inside == 0:
+                torch.set_num_threads(_SingleThread.threads)
+
+
+#: held while one run seeds torch's global generator and draws from it (see torch_seeded)
+_GLOBAL_GENERATOR = threading.Lock()
+
+
+@contextlib.contextmanager
+def torch_seeded(seed: int) -> Iterator[None]:
+    """Seed torch's global generator for a block that no other thread enters meanwhile.
+
+    A model's initial weights are drawn from the global generator; runs fanned out on the
+    threads of one process (a thread pool, Dask's threads) build their models at the same
+    moment, and only one at a time may seed and draw, or a run's weights would depend on the
+    others. Keep the block short (the model's construction).
+
+    Example:
+        >>> with torch_seeded(3):
+        ...     first = torch.rand(2)
+        >>> with torch_seeded(3):
+        ...     bool(torch.equal(first, torch.rand(2)))
+        True
+    """
+    with _GLOBAL_GENERATOR:
+        torch.manual_seed(seed)
+        yield
 
 
 def write_report() -> None:

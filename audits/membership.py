@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from audits.dpsgd_whitebox import single_thread
+from audits.dpsgd_whitebox import single_thread, torch_seeded
 from audits.results_io import RESULTS, load, run_store, save
 from dpcore.accountants import PldAccountant, RdpAccountant
 from dpcore.auditing import one_run_epsilon_lower_bound
@@ -96,8 +96,10 @@ def _data(config: MembershipConfig) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _model(config: MembershipConfig, inputs: int, seed: int) -> nn.Module:
-    torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(inputs, config.hidden), nn.ReLU(), nn.Linear(config.hidden, 2))
+    with torch_seeded(seed):
+        return nn.Sequential(
+            nn.Linear(inputs, config.hidden), nn.ReLU(), nn.Linear(config.hidden, 2)
+        )
 
 
 def _train(

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from audits.canaries import CANARY_NORM, GradientCanaries
-from audits.dpsgd_whitebox import _loss, single_thread
+from audits.dpsgd_whitebox import _loss, single_thread, torch_seeded
 from audits.results_io import RESULTS, load, run_store, save
 from dpcore.accountants import PldAccountant
 from dpcore.auditing import one_run_epsilon_lower_bound
@@ -75,14 +75,14 @@ def real_scores(
     clipping of the canaries) while the scores still assume the claimed ones.
     """
     seed, m, c = config.seed, config.canaries, config.max_grad_norm
-    torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(10_000 + seed)
     width = m + config.features
     x = torch.randn(config.dataset_size, width, generator=generator, dtype=torch.float64)
     x[:, :m] = 0.0  # the canaries' coordinates: no real example touches them
     truth = torch.randn(width, generator=generator, dtype=torch.float64)
     y = ((x @ truth) > 0).to(torch.float64)
-    model = nn.Linear(width, 1).to(torch.float64)
+    with torch_seeded(seed):
+        model = nn.Linear(width, 1).to(torch.float64)
     engine = FastEngine(model, max_grad_norm=c)
     canaries = GradientCanaries(engine, norm=CANARY_NORM * c, clip=clip)
     claimed_lot = config.sampling_probability * config.dataset_size
