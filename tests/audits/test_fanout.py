@@ -4,6 +4,8 @@ call with the same store (or a call after a failed one) runs only what is missin
 from __future__ import annotations
 
 import dataclasses
+import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -11,6 +13,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+import torch
 
 from audits import (
     clt_check,
@@ -34,6 +37,10 @@ TINY: dict[str, tuple[ModuleType, Any]] = {
     ),
     "clt_check": (clt_check, clt_check.CltCheckConfig(runs=5_000, seeds=(0, 1, 2))),
     "sampler_audit": (sampler_audit, sampler_audit.SamplerAuditConfig(epochs=20, seeds=(0, 1))),
+    "dpsgd_whitebox": (
+        dpsgd_whitebox,
+        dpsgd_whitebox.WhiteboxConfig(epsilons=(4.0,), steps=60, runs=1, seeds=(0, 1, 2)),
+    ),
     "one_run": (
         one_run,
         one_run.OneRunConfig(
@@ -197,3 +204,56 @@ def test_unknown_units_are_refused() -> None:
         dpsgd_positions.execute(
             dpsgd_positions.PositionsRun(engine="x", config=dpsgd_positions.PositionsConfig())
         )
+
+
+def test_torch_seeded_keeps_other_threads_out_of_a_seeded_block() -> None:
+    """A second thread seeding meanwhile must wait: the first block draws what it seeded."""
+    with dpsgd_whitebox.torch_seeded(1):
+        expected = torch.rand(3)
+    entered, drawn = threading.Event(), []
+
+    def first() -> None:
+        with dpsgd_whitebox.torch_seeded(1):
+            entered.set()
+            time.sleep(0.3)  # the other thread tries to seed now
+            drawn.append(torch.rand(3))
+
+    def second() -> None:
+        entered.wait()
+        with dpsgd_whitebox.torch_seeded(2):
+            torch.rand(3)
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert torch.equal(drawn[0], expected)
+
+
+def test_single_thread_restores_the_setting_after_overlapping_blocks() -> None:
+    """Blocks of two threads overlap (A enters, B enters, A leaves, B leaves)."""
+    before = torch.get_num_threads()
+    a_inside, b_inside, a_left = threading.Event(), threading.Event(), threading.Event()
+    seen: list[int] = []
+
+    def a() -> None:
+        with dpsgd_whitebox.single_thread():
+            a_inside.set()
+            b_inside.wait()
+        a_left.set()
+
+    def b() -> None:
+        a_inside.wait()
+        with dpsgd_whitebox.single_thread():
+            b_inside.set()
+            a_left.wait()
+            seen.append(torch.get_num_threads())
+
+    threads = [threading.Thread(target=a), threading.Thread(target=b)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert seen == [1]  # still one thread after the first block left
+    assert torch.get_num_threads() == before
