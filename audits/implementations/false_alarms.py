@@ -21,13 +21,13 @@ from typing import Any
 
 from scipy import stats
 
-from audits.implementations.dpcore_torch import DpcoreTorch
 from audits.implementations.opacus_adapter import Opacus
 from audits.implementations.plain_torch import PlainTorchDpSgd
 from audits.implementations.seed_runs import SeedRun, run_seeds
 from audits.results_io import RESULTS, ROOT
 from dpcore.atomic import atomic_write_text
 from dpcore.auditing.audit_settings import PER_STEP_SETTINGS
+from dpcore.auditing.dpcore_torch import DpcoreTorch
 from dpcore.auditing.implementation import Implementation
 from dpcore.auditing.verdicts import summarise as summarise_rows
 from dpcore.provenance import provenance

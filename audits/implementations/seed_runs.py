@@ -40,10 +40,10 @@ def registry() -> dict[str, Callable[[], Implementation]]:
     worker process starts only what its runs need)."""
     from audits.implementations.distributed_worker import NOISE_AVERAGED
     from audits.implementations.dpcore_distributed import DpcoreDistributed
-    from audits.implementations.dpcore_torch import DpcoreTorch
     from audits.implementations.opacus_adapter import Opacus
     from audits.implementations.plain_torch import PLANTED_BUGS, PlainTorchDpSgd
     from audits.implementations.tf_privacy import TfPrivacy
+    from dpcore.auditing.dpcore_torch import DpcoreTorch
 
     makers: list[Callable[[], Implementation]] = [
         DpcoreTorch,

@@ -27,12 +27,12 @@ from typing import Any
 from audits.implementations import findings
 from audits.implementations.distributed_worker import NOISE_AVERAGED
 from audits.implementations.dpcore_distributed import DpcoreDistributed
-from audits.implementations.dpcore_torch import DpcoreTorch
 from audits.implementations.opacus_adapter import Opacus
 from audits.implementations.plain_torch import PLANTED_BUGS, PlainTorchDpSgd
 from audits.implementations.seed_runs import SeedRun, run_seeds
 from audits.implementations.tf_privacy import TfPrivacy, python
 from audits.results_io import RESULTS, ROOT
+from dpcore.auditing.dpcore_torch import DpcoreTorch
 from dpcore.auditing.implementation import Implementation
 from dpcore.auditing.implementation_audits import (
     ONE_RUN_SETTINGS,

@@ -10,11 +10,11 @@ import pytest
 from audits.implementations import findings, table
 from audits.implementations.distributed_worker import NOISE_AVERAGED
 from audits.implementations.dpcore_distributed import DpcoreDistributed
-from audits.implementations.dpcore_torch import DpcoreTorch
 from audits.implementations.opacus_adapter import Opacus
 from audits.implementations.plain_torch import PLANTED_BUGS, TEST_FOR_BUG, PlainTorchDpSgd
 from dpcore.auditing import AuditSettings, audit_implementation
 from dpcore.auditing.audit_settings import PER_STEP_SETTINGS
+from dpcore.auditing.dpcore_torch import DpcoreTorch
 from dpcore.auditing.verdicts import FLAGGED
 
 PER_STEP = AuditSettings(steps=30, runs=2, tiny_runs=1)
