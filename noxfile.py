@@ -43,7 +43,8 @@ TEST_EXTRAS = "[torch,tf,plot,progress]"
 @nox.session
 def tests(session: nox.Session) -> None:
     """Run the default test suite (doctests included, slow tests excluded)."""
-    _install(session, "test", extras=TEST_EXTRAS)
+    # the docs group too: tests/test_docs.py builds the documentation site
+    _install(session, "test", "docs", extras=TEST_EXTRAS)
     session.run(
         "pytest",
         "dpcore",
@@ -86,6 +87,16 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "format", "--check", ".")
     session.run("ruff", "check", ".")
     session.run("mypy")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the documentation site into site/ (``mkdocs build --strict``: any warning fails).
+
+    The API pages are read from the sources (griffe), so neither torch nor TensorFlow is needed.
+    """
+    _install(session, "docs")
+    session.run("mkdocs", "build", "--strict", *session.posargs, env={"NO_MKDOCS_2_WARNING": "1"})
 
 
 @nox.session

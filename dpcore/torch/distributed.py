@@ -167,8 +167,9 @@ class DistributedDPTrainer:
 
     Args:
         model: a plain ``nn.Module`` (not DDP-wrapped), identical on every rank.
-        inputs, targets: the whole training set, identical on every rank (each rank trains on
+        inputs: the whole training set's inputs, identical on every rank (each rank trains on
             its shard ``rank::world_size``); N = its size.
+        targets: the training set's targets, identical on every rank.
         loss_fn: per-example losses (``reduction="none"``).
         optimizer: a torch optimizer over the model's trainable parameters.
         noise_multiplier: sigma > 0.
