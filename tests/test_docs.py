@@ -1,0 +1,276 @@
+"""The documentation site builds with ``mkdocs build --strict`` and holds what it promises.
+
+The site is built once (into a temporary folder); the checks read the built HTML: the home page,
+every public name of every API page (the ``__all__`` of each module a page documents, read from
+the sources), the results pages against the committed files they include, and every internal
+link and anchor. The docs group must be installed (``nox -s tests`` installs it): without it
+these tests fail, they do not skip.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+from types import ModuleType
+from urllib.parse import unquote, urlsplit
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+REFERENCE_PAGES = (
+    "accountants",
+    "events",
+    "tradeoff",
+    "calibration",
+    "torch",
+    "tf",
+    "erm",
+    "auditing",
+    "runs",
+    "data",
+)
+DOCS_MODULES = ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python", "griffe")
+DIRECTIVE = re.compile(r"^::: ([\w.]+)\s*$", re.MULTILINE)
+
+
+def _require_docs_group() -> None:
+    missing = [name for name in DOCS_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        pytest.fail(
+            f"The docs group is not installed (missing: {', '.join(missing)}): install it with "
+            "`pip install --group docs` (pip >= 25.1) or run `nox -s tests`, which installs it."
+        )
+
+
+def _load(name: str) -> ModuleType:
+    """A script of docs/ (not a package) loaded as a module."""
+    _require_docs_group()
+    spec = importlib.util.spec_from_file_location(f"docs_{name}", DOCS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    _require_docs_group()
+    out = tmp_path_factory.mktemp("site")
+    completed = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    return out
+
+
+def page(site: Path, path: str) -> str:
+    """The HTML of the built page for ``docs/<path>.md`` (``index`` for the home page)."""
+    built = site / ("index.html" if path == "index" else f"{path}/index.html")
+    assert built.is_file(), f"{built} was not built"
+    return built.read_text()
+
+
+def text(html: str) -> str:
+    """The page's text, tags removed and entities decoded, whitespace collapsed."""
+
+    class Collector(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__(convert_charrefs=True)
+            self.parts: list[str] = []
+
+        def handle_data(self, data: str) -> None:
+            self.parts.append(data)
+
+    collector = Collector()
+    collector.feed(html)
+    return " ".join(" ".join(collector.parts).split())
+
+
+def module_source(module: str) -> Path:
+    base = ROOT.joinpath(*module.split("."))
+    return base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+
+
+def public_names(module: str) -> list[str]:
+    """A module's ``__all__``, or (without one) its top-level classes and functions not ``_``."""
+    tree = ast.parse(module_source(module).read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+                assert node.value is not None
+                return [str(name) for name in ast.literal_eval(node.value)]
+    return [
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.ClassDef | ast.FunctionDef) and not node.name.startswith("_")
+    ]
+
+
+def documented_on(html: str, module: str, name: str) -> bool:
+    """Whether the page has ``module.name``'s heading.
+
+    A name exported from a submodule of the same name (``dpcore.erm.output_perturbation``) is
+    read by griffe as the submodule, so the page documents it by its full path instead.
+    """
+    if f'id="{module}.{name}"' in html:
+        return True
+    return module_source(f"{module}.{name}").is_file() and f'id="{module}.{name}.{name}"' in html
+
+
+def test_home_page_says_what_dpcore_is_and_gives_the_two_commands(site: Path) -> None:
+    home = text(page(site, "index"))
+    assert "differentially private" in home.lower()
+    assert "pip install nox && nox -s reproduce" in home
+    assert "pip install nox && nox -s tests" in home
+
+
+def test_every_reference_page_is_in_the_docs() -> None:
+    found = {path.stem for path in (DOCS / "reference").glob("*.md")}
+    assert found == set(REFERENCE_PAGES)
+
+
+@pytest.mark.parametrize("name", REFERENCE_PAGES)
+def test_reference_page_documents_every_public_name(site: Path, name: str) -> None:
+    html = page(site, f"reference/{name}")
+    modules = DIRECTIVE.findall((DOCS / "reference" / f"{name}.md").read_text())
+    assert modules and all(module.startswith("dpcore.") for module in modules)
+    documented = 0
+    for module in modules:
+        assert f'id="{module}"' in html, module
+        if not module_source(module).is_file():
+            continue  # an object, not a module: its heading is all there is to check
+        names = public_names(module) if module != "dpcore.torch" else []
+        missing = [n for n in names if not documented_on(html, module, n)]
+        assert not missing, f"{module}: {missing}"
+        documented += len(names)
+    assert documented > 0
+
+
+def test_scoreboard_page_shows_the_committed_scoreboard(site: Path) -> None:
+    shown = text(page(site, "results/scoreboard"))
+    committed = (ROOT / "reproductions" / "SCOREBOARD.md").read_text()
+    totals = re.search(r"\*\*(\d+ numbers: [^*]+)\*\*", committed)
+    assert totals is not None
+    assert totals.group(1) in shown
+    rows = [line for line in committed.splitlines() if line.startswith("| ") and "---" not in line]
+    first = [cell.strip() for cell in rows[1].strip("|").split("|")]  # rows[0] is the header
+    paper, ours = first[2], first[3]
+    assert re.fullmatch(r"[\d.]+", ours), ours
+    assert f"{paper} {ours}" in shown
+
+
+def test_audit_page_shows_the_committed_tables(site: Path) -> None:
+    shown = text(page(site, "results/audits"))
+    committed = (ROOT / "audits" / "results" / "implementations.md").read_text()
+    rows = [line for line in committed.splitlines() if line.startswith("| ") and "---" not in line]
+    assert len(rows) > 2
+    for row in (rows[1], rows[-1]):
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        assert " ".join(cells) in shown, cells
+
+
+def test_benchmark_page_shows_each_committed_result(site: Path) -> None:
+    tables = _load("bench_tables")
+    shown = text(page(site, "results/benchmarks"))
+    names = tables.committed_results()
+    assert "nox -s bench" in shown
+    for name in names:
+        data = json.loads((ROOT / "bench" / "results" / f"{name}.json").read_text())
+        rows = data["rows"] if isinstance(data, dict) else data
+        assert f"bench/results/{name}.json" in shown
+        step = rows[0].get("step_seconds", rows[0].get("step_s"))
+        assert tables.cell(step) in shown, name
+        meta = ROOT / "bench" / "results" / f"{name}.meta.json"
+        if meta.exists():
+            assert json.loads(meta.read_text())["commit"] in shown
+
+
+class Links(HTMLParser):
+    """The ids of a page and the targets of its ``href``/``src`` attributes."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.ids: set[str] = set()
+        self.targets: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        for key, value in attrs:
+            if key in ("id", "name") and value:
+                self.ids.add(value)
+            if key in ("href", "src") and value is not None:
+                self.targets.append(value)
+
+
+def test_no_internal_link_points_to_a_missing_file_or_anchor(site: Path) -> None:
+    site = site.resolve()
+    pages = {path.resolve(): Links() for path in site.rglob("*.html")}
+    for path, links in pages.items():
+        links.feed(path.read_text())
+    broken: list[str] = []
+    checked = 0
+    for path, links in pages.items():
+        for target in links.targets:
+            parts = urlsplit(target)
+            if parts.scheme or parts.netloc:
+                continue  # external
+            if parts.path:
+                base = site if parts.path.startswith("/") else path.parent
+                resolved = (base / unquote(parts.path).lstrip("/")).resolve()
+                if resolved.is_dir() or parts.path.endswith("/"):
+                    resolved = resolved / "index.html"
+            else:
+                resolved = path
+            checked += 1
+            if not resolved.is_file() or not resolved.is_relative_to(site):
+                broken.append(f"{path.relative_to(site)}: {target}")
+            elif parts.fragment and unquote(parts.fragment) not in pages.get(resolved, Links()).ids:
+                broken.append(f"{path.relative_to(site)}: {target} (no such anchor)")
+    assert checked > 100
+    assert not broken, broken[:20]
+
+
+def test_bench_table_drops_empty_columns_and_escapes_cells() -> None:
+    tables = _load("bench_tables")
+    rendered = tables.table([{"a": 1.234567, "b": None, "c": "x|y"}, {"a": None, "b": None}])
+    lines = rendered.splitlines()
+    assert lines[0] == "| a | c |"
+    assert lines[2] == "| 1.235 | x\\|y |"
+    assert lines[3] == "| — | — |"
+    with pytest.raises(ValueError, match="non-empty list"):
+        tables.table([])
+
+
+def test_griffe_extension_renames_examples_links_roles_and_adds_unpacked_names() -> None:
+    extension = _load("griffe_docstrings")
+    assert extension.examples_titled("Doc.\n\n    Example:\n        >>> 1\n") == (
+        "Doc.\n\n    Examples:\n        >>> 1\n"
+    )
+    assert extension.examples_titled("An Example: here\n") == "An Example: here\n"
+    import griffe
+
+    module = griffe.load("dpcore.accountants", search_paths=[str(ROOT)])
+    pld = module["PldAccountant"]
+    linked = extension.roles_linked(pld, "See :class:`~dpcore.events.GaussianEvent` and :mod:`x`.")
+    assert '<autoref identifier="dpcore.events.GaussianEvent" optional>' in linked
+    assert "<code>GaussianEvent</code>" in linked
+    assert 'identifier="dpcore.accountants.pld.x"' in linked
+    text_module = griffe.load("dpcore.data.text", search_paths=[str(ROOT)])
+    assert "PAD" not in text_module.members  # bound by `PAD, OOV = 0, 1`: griffe skips it
+    assert extension.add_unpacked_exports(text_module) == ["PAD", "OOV"]
+    assert text_module["PAD"].value == "0"
+    assert extension.add_unpacked_exports(text_module) == []
