@@ -6,7 +6,9 @@ worker can call it; :class:`RunStore` keeps each result atomically in a folder n
 and the code fingerprint, so a finished run is never redone and a killed one leaves nothing
 half-written. :func:`run_many` runs many specs in this process (the default), in spawned
 processes, on Dask, on Ray or on Slurm through submitit, and returns their results from the
-store. Only the standard library is imported here; an engine is imported when it is asked for.
+store; measurements that must run alone (timings) go through :func:`one_at_a_time`, which
+hands any executor one run at a time. Only the standard library is imported here; an engine is
+imported when it is asked for.
 
 Example:
     >>> import tempfile
@@ -33,11 +35,13 @@ from dpcore.runs.executors import (
 from dpcore.runs.fanout import SupportsSubmit, run_many
 from dpcore.runs.spec import check_spec, code_fingerprint, spec_json, spec_key
 from dpcore.runs.store import RunStore, StoredRun, stored
+from dpcore.runs.timing import OneAtATime, machine, one_at_a_time
 
 __all__ = [
     "EXECUTOR_FORMS",
     "EngineMissingError",
     "ExecutorChoice",
+    "OneAtATime",
     "RayExecutor",
     "RunNotFoundError",
     "RunStore",
@@ -48,6 +52,8 @@ __all__ = [
     "SupportsSubmit",
     "check_spec",
     "code_fingerprint",
+    "machine",
+    "one_at_a_time",
     "open_executor",
     "parse_executor",
     "run_many",
