@@ -29,10 +29,13 @@ from dpcore.runs import EXECUTOR_FORMS, parse_executor
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def _accounting(results_dir: Path, *, quick: bool, device: str) -> list[dict[str, Any]]:
+def _accounting(
+    results_dir: Path, *, quick: bool, device: str, executor: str | None = None
+) -> list[dict[str, Any]]:
     from bench import accounting  # imports the peer accountants: only when asked for
 
-    return accounting.run(results_dir, repeats=1 if quick else accounting.REPEATS)
+    repeats = 1 if quick else accounting.REPEATS
+    return accounting.run(results_dir, repeats=repeats, executor=executor)
 
 
 def _training(

@@ -4,10 +4,15 @@ Every (implementation, accountant, steps) cell is timed from an empty accountant
 (construction + compose + get_epsilon), best of ``repeats``, all in one run so that ratios are
 comparable. The peer's PLD is run at its default grid (1e-4) and at dpcore's final grid spacing
 ("matching accuracy"); dpcore's PLD row also carries its certified lower bound.
+
+With ``--executor`` the cells of each step count run as one run of :func:`dpcore.runs.run_many`
+on a worker, one run at a time (:func:`dpcore.runs.one_at_a_time`: no timing shares a machine
+with another); every row records the machine that timed it (``hardware``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import time
@@ -18,12 +23,13 @@ from typing import Any
 import dp_accounting
 from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
-from tqdm import tqdm
 
 from dpcore.accountants.pld import PldAccountant
 from dpcore.accountants.rdp import RdpAccountant
+from dpcore.atomic import atomic_write_text
 from dpcore.events import dpsgd_event
 from dpcore.provenance import provenance
+from dpcore.runs import ExecutorChoice, SupportsSubmit, machine, one_at_a_time, run_many
 
 SAMPLING_PROBABILITY = 0.01
 NOISE_MULTIPLIER = 1.0
@@ -100,28 +106,61 @@ _CELLS: dict[str, tuple[str, str, Callable[..., dict[str, Any]]]] = {
 }
 
 
-def run(results_dir: Path, *, repeats: int = REPEATS) -> list[dict[str, Any]]:
-    """Time every cell, write ``accounting.json`` (+ ``accounting.meta.json``), return rows."""
+@dataclasses.dataclass(frozen=True)
+class StepsCells:
+    """Every cell of one step count, timed together on one machine (the matched peer grid is
+    dpcore's PLD spacing at that count): a spec for :func:`measure_steps`."""
+
+    steps: int
+    repeats: int
+
+
+def measure_steps(cells: StepsCells) -> list[dict[str, Any]]:
+    """Time every cell of ``cells.steps`` here, one after another (best of ``cells.repeats``):
+    one row per cell, each naming the machine that timed it (:func:`dpcore.runs.machine`)."""
+    hardware = machine()
+    steps = cells.steps
     rows: list[dict[str, Any]] = []
-    ours_spacing: dict[int, float] = {}
-    cells = [(steps, kind) for steps in STEPS for kind in _CELLS]
-    for steps, kind in tqdm(cells, desc="accounting benchmark", unit="cell"):
-        implementation, accountant, function = _CELLS[kind]
+    ours_spacing: float | None = None
+    for kind, (implementation, accountant, function) in _CELLS.items():
         arguments: tuple[Any, ...] = (steps,)
         if kind == "peer_pld":
             arguments = (steps, 1e-4)  # dp_accounting's default grid
         elif kind == "peer_pld_matched":
-            arguments = (steps, ours_spacing[steps])
+            arguments = (steps, ours_spacing)
         row = {
             "implementation": implementation,
             "accountant": accountant,
-            **_best(functools.partial(function, *arguments), repeats),
+            **_best(functools.partial(function, *arguments), cells.repeats),
         }
         if kind == "pld":
-            ours_spacing[steps] = row["grid_spacing"]
-        rows.append({**row, "steps": steps})
-    results_dir.mkdir(parents=True, exist_ok=True)
-    (results_dir / "accounting.json").write_text(json.dumps(rows, indent=2) + "\n")
+            ours_spacing = row["grid_spacing"]
+        rows.append({**row, "steps": steps, "hardware": hardware})
+    return rows
+
+
+def run(
+    results_dir: Path,
+    *,
+    repeats: int = REPEATS,
+    executor: str | ExecutorChoice | SupportsSubmit | None = None,
+) -> list[dict[str, Any]]:
+    """Time every cell, write ``accounting.json`` (+ ``accounting.meta.json``), return rows.
+
+    The cells of each step count (:class:`StepsCells`) are one run of
+    :func:`dpcore.runs.run_many`, timed here (``executor`` None or ``"local"``) or on
+    ``executor``, handed one run at a time (:func:`dpcore.runs.one_at_a_time`): no two timings
+    ever share a machine, and each row names the machine that timed it (``hardware``). The
+    ratios compare cells of one run, hence of one machine.
+
+    Raises:
+        InvalidParameterError: ``executor`` is not a valid choice (before anything runs).
+    """
+    units = [StepsCells(steps, repeats) for steps in STEPS]
+    with one_at_a_time(executor) as chosen:
+        timed = run_many(measure_steps, units, executor=chosen)
+    rows = [row for unit in timed for row in unit]
+    atomic_write_text(results_dir / "accounting.json", json.dumps(rows, indent=2) + "\n")
     ratios = {}
     for steps in STEPS:
         by = {
@@ -149,5 +188,5 @@ def run(results_dir: Path, *, repeats: int = REPEATS) -> list[dict[str, Any]]:
         dp_accounting=getattr(dp_accounting, "__version__", "0.6.0"),
         time_ratios=ratios,
     )
-    (results_dir / "accounting.meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    atomic_write_text(results_dir / "accounting.meta.json", json.dumps(meta, indent=2) + "\n")
     return rows
