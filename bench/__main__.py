@@ -7,9 +7,12 @@ and :mod:`bench.tf_training`; ``accounting``: one repeat instead of three; ``tra
 lots up to 2**12 only, a smoke test); ``--device`` applies to ``training`` only (``accounting``
 has no GPU part; ``training_memory`` measures host RSS on CPU; ``tf_training`` runs on CPU).
 ``--executor`` (:func:`dpcore.runs.run_many`: ``local``, ``processes:N``, ``dask[:ADDRESS]``,
-``ray[:ADDRESS]``, ``slurm``) spreads the cells of the benchmarks that take it (``training``;
-``training_memory``: one method's sweep per run); the others measure one cell at a time here,
-as by default, and say so.
+``ray[:ADDRESS]``, ``slurm``) sends the cells of every benchmark to that executor. Timing cells
+(``accounting``, ``training``, ``distributed``, ``tf_training``) are handed over one at a time
+(:func:`dpcore.runs.one_at_a_time`): two timings on one machine would contend for its cores, so
+the executor only chooses where each cell is timed, alone, and every row names that machine
+(``hardware``). ``training_memory`` runs its methods' sweeps at once (each lot in its own
+worker under its own memory cap).
 """
 
 from __future__ import annotations
@@ -60,15 +63,19 @@ def _training_memory(
     return training_memory.run(results_dir, quick=quick, executor=executor)
 
 
-def _distributed(results_dir: Path, *, quick: bool, device: str) -> list[dict[str, Any]]:
+def _distributed(
+    results_dir: Path, *, quick: bool, device: str, executor: str | None = None
+) -> list[dict[str, Any]]:
     from bench import distributed  # spawns gloo process groups: only when asked for
 
     if device != "cpu":
         raise SystemExit("python -m bench distributed: CPU (gloo) only for now")
-    return distributed.run(results_dir, quick=quick)
+    return distributed.run(results_dir, quick=quick, executor=executor)
 
 
-def _tf_training(results_dir: Path, *, quick: bool, device: str) -> list[dict[str, Any]]:
+def _tf_training(
+    results_dir: Path, *, quick: bool, device: str, executor: str | None = None
+) -> list[dict[str, Any]]:
     from bench import tf_training  # imports TensorFlow in its workers: only when asked for
 
     if device != "cpu":
@@ -77,7 +84,7 @@ def _tf_training(results_dir: Path, *, quick: bool, device: str) -> list[dict[st
         tf_training.check_tensorflow()
     except RuntimeError as error:
         raise SystemExit(f"python -m bench tf_training: {error}") from None
-    return tf_training.run(results_dir, quick=quick)
+    return tf_training.run(results_dir, quick=quick, executor=executor)
 
 
 BENCHMARKS: dict[str, Callable[..., list[dict[str, Any]]]] = {
@@ -111,8 +118,9 @@ def main(argv: list[str] | None = None) -> int:
         "--executor",
         default=None,
         metavar="E",
-        help=f"where the cells of the benchmarks that fan out (training) run: {EXECUTOR_FORMS} "
-        "(default: local, one after another); see docs/cluster.md",
+        help=f"where the cells of the benchmarks run: {EXECUTOR_FORMS} (default: local, one "
+        "after another); timing cells are handed over one at a time, each row naming the "
+        "machine that timed it; see docs/cluster.md",
     )
     args = parser.parse_args(argv)
     if args.executor is not None:

@@ -35,6 +35,11 @@ per-step times are read from the committed ``figures/bu2021_jl_tf_privacy.json``
 (DP-Adam, one microbatch per example) beside our DP rows, its ``keras_nonprivate`` (Keras 2)
 beside our non-private row; ``ratio_to_peer`` is ours over its. The meta file says where and
 how the peer was timed (hardware, threads, TensorFlow version, commit): a cross-run ratio.
+
+With ``--executor`` each cell (:class:`TimingRun`, :func:`measure_cell`) is a run of
+:func:`dpcore.runs.run_many` started on a worker, one cell at a time
+(:func:`dpcore.runs.one_at_a_time`): no two timings share a machine. Every row names the
+machine that timed it (``hardware``, :func:`dpcore.runs.machine`).
 """
 
 from __future__ import annotations
@@ -59,6 +64,8 @@ from bench.cells import (
     run_cell,
 )
 from bench.training import Profile
+from dpcore.atomic import atomic_write_text
+from dpcore.runs import ExecutorChoice, SupportsSubmit, machine, one_at_a_time, run_many
 from dpcore.runs.cells import Cell, timed_count, worker_parser
 from dpcore.runs.tf_cells import error_text, imdb_lstm, keras_step, tensorflow_environment
 from dpcore.runs.workers import emit_result, peak_rss_mb
@@ -72,7 +79,9 @@ __all__ = [
     "PEER_FILE",
     "QUICK",
     "QUICK_JL_DIMENSIONS",
+    "TimingRun",
     "cells",
+    "measure_cell",
     "mnist_cnn",
     "read_peer",
     "run",
@@ -370,6 +379,49 @@ def check_tensorflow() -> None:
         raise RuntimeError(f"TensorFlow {version} found; dpcore.tf needs >= 2.16 (Keras 3)")
 
 
+@dataclasses.dataclass(frozen=True)
+class TimingRun:
+    """One cell's timing: a picklable spec for :func:`dpcore.runs.run_many` (see
+    :func:`measure_cell`)."""
+
+    cell: Cell
+    threads: int
+    warmup: int
+    steps: int
+    budget: float | None
+    timeout: float
+    batch_size: int
+    min_seconds: float | None
+
+
+def measure_cell(run: TimingRun) -> dict[str, Any]:
+    """Time ``run.cell`` in a fresh worker process started here: its row, with the worker's
+    TensorFlow ``environment`` and the machine that timed it (``hardware``)."""
+    result = run_cell(
+        run.cell,
+        module=MODULE,
+        timeout=run.timeout,
+        device="cpu",
+        threads=run.threads,
+        warmup=run.warmup,
+        steps=run.steps,
+        budget=run.budget,
+        batch_size=run.batch_size,
+        min_seconds=run.min_seconds,
+    )
+    measured = dict(result.row or {}) if result.ok else {"error": result.error}
+    return {
+        **dataclasses.asdict(run.cell),
+        "batch_size": run.batch_size,
+        "step_seconds": None,
+        "peak_rss_mb": None,
+        "threads": run.threads,
+        "device": "cpu",
+        "hardware": machine(),
+        **measured,
+    }
+
+
 def run(
     results_dir: Path,
     *,
@@ -378,6 +430,7 @@ def run(
     models: tuple[str, ...] = MODELS,
     peer_file: Path = PEER_FILE,
     batch_size: int = BATCH_SIZE,
+    executor: str | ExecutorChoice | SupportsSubmit | None = None,
 ) -> list[dict[str, Any]]:
     """Measure every cell, write ``tf_training.json`` (+ ``tf_training.meta.json``), return the
     rows (saved after every cell, so a run stopped early keeps what it measured).
@@ -385,13 +438,19 @@ def run(
     Args:
         results_dir: where the JSON files go.
         quick: :data:`QUICK` and :data:`QUICK_JL_DIMENSIONS` (see the module doc).
-        threads: TensorFlow threads in every worker (None: every core).
+        threads: TensorFlow threads in every worker (None: every core of this machine).
         models: a subset of :data:`MODELS`.
         peer_file: the TF Privacy timing of the peer column.
         batch_size: the lot size (the benchmark's is 256; smaller for a smoke test).
+        executor: where each cell's worker is started (:func:`measure_cell`, a run of
+            :func:`dpcore.runs.run_many`): None or ``"local"``, here; else any ``run_many``
+            executor, handed one cell at a time (:func:`dpcore.runs.one_at_a_time`), so no two
+            timings ever share a machine. The machine needs this checkout (``python -m
+            bench.tf_training`` in it) and TensorFlow; each row names it (``hardware``).
 
     Raises:
         ValueError: an unknown model.
+        InvalidParameterError: ``executor`` is not a valid choice (before anything runs).
     """
     from tqdm import tqdm
 
@@ -408,50 +467,34 @@ def run(
     environment: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
     todo = cells(quick=quick, models=models)
-    progress = tqdm(todo, desc="TensorFlow training benchmark", unit="cell")
-    for cell in progress:
-        progress.set_postfix_str(cell.label)
-        result = run_cell(
-            cell,
-            module=MODULE,
-            timeout=config["timeout"],
-            device="cpu",
-            threads=threads,
-            warmup=config["warmup"],
-            steps=config["steps"],
-            budget=config["budget"],
-            batch_size=batch_size,
-            min_seconds=None if quick else FULL_MIN_SECONDS,
-        )
-        measured = dict(result.row or {}) if result.ok else {"error": result.error}
-        environment = measured.pop("environment", None) or environment
-        row = {
-            **dataclasses.asdict(cell),
-            "batch_size": batch_size,
-            "step_seconds": None,
-            "peak_rss_mb": None,
-            "threads": threads,
-            "device": "cpu",
-            **measured,
-        }
-        rows.append(row)
-        seconds = row["step_seconds"]
-        outcome = f"{seconds:.3f} s/step" if seconds is not None else f"error: {row['error']}"
-        progress.write(f"{cell.label}: {outcome}"[:300])
-        with_ratios(rows, peer)
-        _save(
-            results_dir,
-            rows,
-            quick=quick,
-            threads=threads,
-            batch_size=batch_size,
-            models=models,
-            environment=environment,
-            peer=peer,
-            wall_seconds=time.perf_counter() - started,
-            cells_total=len(todo),
-            commit=commit,
-        )
+    with one_at_a_time(executor) as chosen:
+        progress = tqdm(todo, desc="TensorFlow training benchmark", unit="cell")
+        for cell in progress:
+            progress.set_postfix_str(cell.label)
+            timing = TimingRun(
+                cell, threads, config["warmup"], config["steps"], config["budget"],
+                config["timeout"], batch_size, None if quick else FULL_MIN_SECONDS,
+            )  # fmt: skip
+            (row,) = run_many(measure_cell, [timing], executor=chosen, progress=False, retries=0)
+            environment = row.pop("environment", None) or environment
+            rows.append(row)
+            seconds = row["step_seconds"]
+            outcome = f"{seconds:.3f} s/step" if seconds is not None else f"error: {row['error']}"
+            progress.write(f"{cell.label}: {outcome}"[:300])
+            with_ratios(rows, peer)
+            _save(
+                results_dir,
+                rows,
+                quick=quick,
+                threads=threads,
+                batch_size=batch_size,
+                models=models,
+                environment=environment,
+                peer=peer,
+                wall_seconds=time.perf_counter() - started,
+                cells_total=len(todo),
+                commit=commit,
+            )
     return rows
 
 
@@ -472,8 +515,7 @@ def _save(
     from dpcore.provenance import provenance
 
     config = QUICK if quick else FULL
-    results_dir.mkdir(parents=True, exist_ok=True)
-    (results_dir / "tf_training.json").write_text(json.dumps(rows, indent=2) + "\n")
+    atomic_write_text(results_dir / "tf_training.json", json.dumps(rows, indent=2) + "\n")
     peer_note = (
         "peer_* columns (imdb_lstm only): TF Privacy's per-step times read from "
         f"{peer['file']} (not timed in this run: TF Privacy needs TensorFlow 2.15), timed on "
@@ -523,7 +565,7 @@ def _save(
             "reference": "nonprivate row of the same model (Keras 3, same run)",
         },
     )
-    (results_dir / "tf_training.meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    atomic_write_text(results_dir / "tf_training.meta.json", json.dumps(meta, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -41,6 +41,11 @@ IMDb vmap, JL r = 10 and Opacus cells get 1 or 2; each row says ``timed_steps``)
 
 With ``device="cuda"`` models and data live on the GPU, the clock is read after
 ``torch.cuda.synchronize()``, and ``peak_gpu_mb`` is ``torch.cuda.max_memory_allocated``.
+
+With ``--executor`` every cell (:class:`TimingRun`, :func:`measure`) is a run of
+:func:`dpcore.runs.run_many` on a worker, handed one at a time
+(:func:`dpcore.runs.one_at_a_time`): no two timings share a machine. Every row names the
+machine that timed it (``hardware``, :func:`dpcore.runs.machine`).
 """
 
 from __future__ import annotations
@@ -62,7 +67,14 @@ from bench.cells import (
     run_timing,
     timing_worker,
 )
-from dpcore.runs import ExecutorChoice, SupportsSubmit, parse_executor, run_many
+from dpcore.runs import (
+    ExecutorChoice,
+    SupportsSubmit,
+    machine,
+    one_at_a_time,
+    parse_executor,
+    run_many,
+)
 from dpcore.runs.cells import Cell
 
 __all__ = [
@@ -188,6 +200,7 @@ def measure(run: TimingRun) -> dict[str, Any]:
         "peak_rss_mb": None,
         "threads": run.threads,
         "device": run.device,
+        "hardware": machine(),
         **measured,
     }
 
@@ -212,9 +225,9 @@ def run(
         executor: None or ``"local"``: one cell after another from here, the results saved
             after every cell. Else a :func:`dpcore.runs.run_many` executor (``processes:N``,
             ``dask[:ADDRESS]``, ``ray[:ADDRESS]``, ``slurm``, or an object with ``submit()``)
-            that measures the cells at once, saved when all are done; cells sharing a machine
-            share its cores, so give each its own (Dask, Ray or Slurm workers) for times that
-            compare.
+            handed one cell at a time (:func:`dpcore.runs.one_at_a_time`: no two timings ever
+            share a machine), saved when all are done; each row names the machine that timed
+            it (``hardware``).
 
     Raises:
         RuntimeError: ``device="cuda"`` on a machine where torch sees no CUDA device.
@@ -250,7 +263,8 @@ def run(
         )  # fmt: skip
 
     if executor is not None:
-        rows = run_many(measure, runs, executor=executor)
+        with one_at_a_time(executor) as chosen:
+            rows = run_many(measure, runs, executor=chosen)
         save(rows)
         return rows
     rows = []

@@ -193,3 +193,40 @@ def test_worker_command_line(
     assert seen[-1] == (cell, {**options, "min_seconds": 10.0})
     with pytest.raises(SystemExit):
         tf_training.timing_worker(["--worker", cell.to_json(), "--device=cuda", *flags])
+
+
+def test_cells_timed_on_an_executor_one_at_a_time_give_the_same_rows(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """On an executor each cell's worker is started by a run of run_many, never two at once,
+    and every row names the machine that timed it."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dpcore.runs import machine
+
+    lock, running, most = threading.Lock(), [0], [0]
+
+    def fake_cell(cell: Cell, **options: Any) -> protocol.WorkerResult:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.01)
+        with lock:
+            running[0] -= 1
+        row = {"step_seconds": FAKE[cell.model, cell.method], "peak_rss_mb": 1.0, "error": None}
+        return protocol.WorkerResult("ok", row=row, returncode=0)
+
+    monkeypatch.setattr(tf_training, "run_cell", fake_cell)
+    monkeypatch.setattr(provenance, "git_commit", lambda root=None: "abc123")
+    peer = _peer_file(tmp_path)
+    here = tf_training.run(tmp_path / "here", quick=True, threads=1, peer_file=peer)
+    with ThreadPoolExecutor(4) as pool:
+        there = tf_training.run(
+            tmp_path / "there", quick=True, threads=1, peer_file=peer, executor=pool
+        )
+    assert here == there and len(here) == len(tf_training.cells(quick=True))
+    assert most[0] == 1 and all(row["hardware"] == machine() for row in there)
+    saved = json.loads((tmp_path / "there" / "tf_training.json").read_text())
+    assert saved == there

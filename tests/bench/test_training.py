@@ -42,11 +42,24 @@ def test_cells_fanned_out_through_an_executor_give_the_rows_of_the_loop(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """``run(executor=...)`` (``python -m bench training --executor ...``) measures every cell
-    once, through :func:`dpcore.runs.run_many`, and saves the rows the loop saves."""
+    once, through :func:`dpcore.runs.run_many`, one at a time (no two timings share a machine),
+    and saves the rows the loop saves, each naming the machine that timed it."""
+    import threading
+    import time
+
+    from dpcore.runs import machine
+
     calls: list[Cell] = []
+    lock, running, most = threading.Lock(), [0], [0]
 
     def fake_cell(cell: Cell, **options: Any) -> dict[str, Any]:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.005)
         calls.append(cell)
+        with lock:
+            running[0] -= 1
         seconds = 0.01 * (1 + len(cell.method) + (cell.jl_dimension or 0))
         return {"step_seconds": seconds, "peak_rss_mb": 100.0, "error": None}
 
@@ -57,8 +70,8 @@ def test_cells_fanned_out_through_an_executor_give_the_rows_of_the_loop(
     calls.clear()
     with ThreadPoolExecutor(3) as pool:
         fanned = training.run(tmp_path / "fanned", quick=True, models=("mnist_cnn",), executor=pool)
-    assert sorted(calls, key=expected.index) == expected  # each cell once
-    assert fanned == loop
+    assert calls == expected and most[0] == 1  # each cell once, one at a time
+    assert fanned == loop and all(row["hardware"] == machine() for row in fanned)
     assert json.loads((tmp_path / "fanned" / "training.json").read_text()) == loop
     meta = json.loads((tmp_path / "fanned" / "training.meta.json").read_text())
     assert meta["cells_measured"] == meta["cells_total"] == len(expected)
