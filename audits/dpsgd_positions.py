@@ -222,26 +222,19 @@ def step_scores(
     return scores
 
 
-def audit_one(
-    config: PositionsConfig, engine_class: type[FastEngine], *, sigma: float
+def world_seeds(config: PositionsConfig, insert: bool) -> list[int]:
+    """The seeds of one world's runs: 1000 seed + 2 r (+ 1 with the canary)."""
+    return [1000 * config.seed + 2 * r + int(insert) for r in range(config.runs)]
+
+
+def summarise(
+    config: PositionsConfig,
+    engine_class: type[FastEngine],
+    worlds: list[np.ndarray],
+    *,
+    sigma: float,
 ) -> dict[str, Any]:
-    """Both worlds, ``config.runs`` runs each; per-step mu_lb and the composed epsilon_lb."""
-    start = time.perf_counter()
-    worlds = [
-        np.concatenate(
-            [
-                step_scores(
-                    config,
-                    engine_class,
-                    sigma=sigma,
-                    insert=insert,
-                    seed=1000 * config.seed + 2 * r + int(insert),
-                )
-                for r in range(config.runs)
-            ]
-        )
-        for insert in (False, True)
-    ]
+    """Per-step mu_lb from the two worlds' scores and the composed epsilon_lb (no seconds)."""
     mu_lower, threshold = distinguish(
         worlds[0],
         worlds[1],
@@ -264,8 +257,25 @@ def audit_one(
         "mean_score_in": float(worlds[1].mean()),
         "mean_score_out": float(worlds[0].mean()),
         "steps_observed_per_world": int(worlds[0].size),
-        "seconds": time.perf_counter() - start,
     }
+
+
+def audit_one(
+    config: PositionsConfig, engine_class: type[FastEngine], *, sigma: float
+) -> dict[str, Any]:
+    """Both worlds, ``config.runs`` runs each; per-step mu_lb and the composed epsilon_lb."""
+    start = time.perf_counter()
+    worlds = [
+        np.concatenate(
+            [
+                step_scores(config, engine_class, sigma=sigma, insert=insert, seed=seed)
+                for seed in world_seeds(config, insert)
+            ]
+        )
+        for insert in (False, True)
+    ]
+    row = summarise(config, engine_class, worlds, sigma=sigma)
+    return {**row, "seconds": time.perf_counter() - start}
 
 
 #: the engines audited, by the name a unit of the audit carries
@@ -277,14 +287,64 @@ ENGINES: dict[str, type[FastEngine]] = {
 
 @dataclasses.dataclass(frozen=True)
 class PositionsRun:
-    """One unit of the positions audit: one engine (a key of :data:`ENGINES`) in the setting."""
+    """One training run of the positions audit: one engine (a key of :data:`ENGINES`), one
+    world (canary in or out) at one run seed, in the setting ``config``."""
 
     engine: str
+    insert: bool
+    seed: int
+    sigma: float
     config: PositionsConfig
 
 
-def _setting(config: PositionsConfig) -> tuple[float, dict[str, Any]]:
-    """(sigma, the rows' setting): sigma PLD-calibrated for the claim at q = T / N."""
+def execute(spec: PositionsRun) -> dict[str, Any]:
+    """Train one run (one torch thread); its per-step scores and seconds, as JSON values.
+
+    Raises:
+        InvalidParameterError: ``spec.engine`` is not a key of :data:`ENGINES`.
+    """
+    if spec.engine not in ENGINES:
+        raise InvalidParameterError("engine", f"one of {sorted(ENGINES)}", spec.engine)
+    start = time.perf_counter()
+    with single_thread():
+        scores = step_scores(
+            spec.config, ENGINES[spec.engine], sigma=spec.sigma, insert=spec.insert, seed=spec.seed
+        )
+    return {"scores": scores.tolist(), "seconds": time.perf_counter() - start}
+
+
+def specs(config: PositionsConfig, sigma: float) -> dict[str, list[PositionsRun]]:
+    """Every engine's training runs: the "out" world's, then the "in" world's."""
+    return {
+        name: [
+            PositionsRun(engine=name, insert=insert, seed=seed, sigma=sigma, config=config)
+            for insert in (False, True)
+            for seed in world_seeds(config, insert)
+        ]
+        for name in ENGINES
+    }
+
+
+def run(
+    config: PositionsConfig = PositionsConfig(),
+    *,
+    executor: str | ExecutorChoice | SupportsSubmit | None = None,
+) -> list[dict[str, Any]]:
+    """Audit the fast path and the planted shape-trusting bug; save ``dpsgd_positions.json``.
+
+    Each training run (``config.runs`` per world and engine) is one run of
+    :func:`dpcore.runs.run_many`, kept in the audit's run store
+    (``results/runs/dpsgd_positions``): a killed audit resumes where it stopped. The per-step
+    tests run here, from the stored scores.
+
+    Args:
+        config: the setting.
+        executor: where the runs go (see :func:`dpcore.runs.run_many`); the rows are the same
+            for every executor.
+
+    Raises:
+        RunsFailedError: some runs still failed after a retry.
+    """
     q = config.length / config.dataset_size
     sigma = calibrated_sigma(config.target_epsilon, config.delta, q, config.steps)
     setting = {
@@ -297,44 +357,21 @@ def _setting(config: PositionsConfig) -> tuple[float, dict[str, Any]]:
         "runs_per_world": config.runs,
         "delta": config.delta,
     }
-    return sigma, setting
-
-
-def execute(spec: PositionsRun) -> dict[str, Any]:
-    """Audit one engine (one torch thread); one result row.
-
-    Raises:
-        InvalidParameterError: ``spec.engine`` is not a key of :data:`ENGINES`.
-    """
-    if spec.engine not in ENGINES:
-        raise InvalidParameterError("engine", f"one of {sorted(ENGINES)}", spec.engine)
-    sigma, setting = _setting(spec.config)
-    with single_thread():
-        row = audit_one(spec.config, ENGINES[spec.engine], sigma=sigma)
-    return {"audit": "dpsgd_positions", "setting": setting, **row}
-
-
-def run(
-    config: PositionsConfig = PositionsConfig(),
-    *,
-    executor: str | ExecutorChoice | SupportsSubmit | None = None,
-) -> list[dict[str, Any]]:
-    """Audit the fast path and the planted shape-trusting bug; save ``dpsgd_positions.json``.
-
-    Each engine is one run of :func:`dpcore.runs.run_many`, kept in the audit's run store
-    (``results/runs/dpsgd_positions``): a killed audit resumes where it stopped.
-
-    Args:
-        config: the setting.
-        executor: where the runs go (see :func:`dpcore.runs.run_many`); the rows are the same
-            for every executor.
-
-    Raises:
-        RunsFailedError: some runs still failed after a retry.
-    """
+    units = specs(config, sigma)
+    every = [unit for runs in units.values() for unit in runs]
     store = run_store("dpsgd_positions", *SOURCES)
-    units = [PositionsRun(engine=name, config=config) for name in ENGINES]
-    rows: list[dict[str, Any]] = run_many(execute, units, executor=executor, store=store)
+    stored = run_many(execute, every, executor=executor, store=store)
+    results = dict(zip(every, stored, strict=True))
+    rows = []
+    for name, runs in units.items():
+        start = time.perf_counter()
+        worlds = [
+            np.concatenate([np.asarray(results[u]["scores"]) for u in runs if u.insert == insert])
+            for insert in (False, True)
+        ]
+        row = summarise(config, ENGINES[name], worlds, sigma=sigma)
+        spent = sum(results[u]["seconds"] for u in runs) + time.perf_counter() - start
+        rows.append({"audit": "dpsgd_positions", "setting": setting, **row, "seconds": spent})
     save("dpsgd_positions", rows, dataclasses.asdict(config))
     return rows
 

@@ -51,8 +51,9 @@ from dpcore.accountants import GdpCltAccountant, PldAccountant, RdpAccountant
 from dpcore.accountants.rdp import OrderGridEdgeWarning
 from dpcore.auditing.stepwise import composed_lower_bound, distinguish
 from dpcore.calibration import calibrate_noise
+from dpcore.errors import InvalidParameterError
 from dpcore.events import dpsgd_event
-from dpcore.runs import ExecutorChoice, SupportsSubmit, run_many
+from dpcore.runs import ExecutorChoice, RunStore, SupportsSubmit, run_many
 from dpcore.torch.noise import SeededGaussianNoise
 from dpcore.torch.optimizers import DPOptimizer
 from dpcore.torch.per_example.base import PerExampleEngine
@@ -177,40 +178,20 @@ def upper_bounds(q: float, sigma: float, steps: int, delta: float) -> dict[str, 
     return {"rdp": rdp, "pld": pld.upper, "pld_lower": pld.lower, "gdp_clt (approximate)": clt}
 
 
-def audit_one(
-    implementation: Implementation,
+def world_seeds(runs: int, seed: int, insert: bool) -> list[int]:
+    """The seeds of one world's runs in the audit at ``seed``: 1000 seed + 2 r (+ 1 when in)."""
+    return [1000 * seed + 2 * r + int(insert) for r in range(runs)]
+
+
+def summarise(
+    negative: np.ndarray,
+    positive: np.ndarray,
     config: WhiteboxConfig,
     *,
     noise_multiplier: float,
     seed: int,
 ) -> dict[str, Any]:
-    """Run ``config.runs`` runs per world, distinguish per step, compose; one result row."""
-    start = time.perf_counter()
-    runs = range(config.runs)
-    negative = np.concatenate(
-        [
-            step_scores(
-                implementation,
-                config,
-                noise_multiplier=noise_multiplier,
-                insert=False,
-                seed=1000 * seed + 2 * r,
-            )
-            for r in runs
-        ]
-    )
-    positive = np.concatenate(
-        [
-            step_scores(
-                implementation,
-                config,
-                noise_multiplier=noise_multiplier,
-                insert=True,
-                seed=1000 * seed + 2 * r + 1,
-            )
-            for r in runs
-        ]
-    )
+    """Distinguish the worlds' scores per step and compose: a result row without its seconds."""
     mu_lower, threshold = distinguish(
         negative,
         positive,
@@ -230,8 +211,35 @@ def audit_one(
         "seed": seed,
         "threshold": threshold,
         "steps_observed_per_world": int(negative.size),
-        "seconds": time.perf_counter() - start,
     }
+
+
+def audit_one(
+    implementation: Implementation,
+    config: WhiteboxConfig,
+    *,
+    noise_multiplier: float,
+    seed: int,
+) -> dict[str, Any]:
+    """Run ``config.runs`` runs per world, distinguish per step, compose; one result row."""
+    start = time.perf_counter()
+    negative, positive = (
+        np.concatenate(
+            [
+                step_scores(
+                    implementation,
+                    config,
+                    noise_multiplier=noise_multiplier,
+                    insert=insert,
+                    seed=run_seed,
+                )
+                for run_seed in world_seeds(config.runs, seed, insert)
+            ]
+        )
+        for insert in (False, True)
+    )
+    row = summarise(negative, positive, config, noise_multiplier=noise_multiplier, seed=seed)
+    return {**row, "seconds": time.perf_counter() - start}
 
 
 @functools.cache
@@ -247,44 +255,97 @@ def calibrated_sigma(epsilon: float, delta: float, q: float, steps: int) -> floa
 
 
 @dataclasses.dataclass(frozen=True)
-class WhiteboxRun:
-    """One unit of the white-box audit: one target epsilon and seed.
+class TrainingRun:
+    """One training run of a white-box audit: one world (canary in or out) at one run seed.
 
     ``config`` is the audit's setting with ``epsilons`` and ``seeds`` emptied, so that adding a
-    target or a seed leaves the stored units of the others valid.
+    target or a seed leaves the stored runs of the others valid.
     """
 
-    epsilon: float
+    implementation: str  # the name of the Implementation trained
+    noise_multiplier: float
+    insert: bool
     seed: int
     config: WhiteboxConfig
 
 
-def execute(spec: WhiteboxRun) -> dict[str, Any]:
-    """Calibrate sigma for ``spec.epsilon`` and audit dpcore's DP-SGD there; one result row."""
-    config = spec.config
-    sigma = calibrated_sigma(spec.epsilon, config.delta, config.sampling_probability, config.steps)
+def train(implementation: Implementation, spec: TrainingRun) -> dict[str, Any]:
+    """Train one run (one torch thread); its per-step scores and seconds, as JSON values."""
+    start = time.perf_counter()
     with single_thread():
-        row = audit_one(Implementation(), config, noise_multiplier=sigma, seed=spec.seed)
-    setting = {
-        "target_epsilon": spec.epsilon,
-        "noise_multiplier": sigma,
-        "sampling_probability": config.sampling_probability,
-        "steps": config.steps,
-        "dataset_size": config.dataset_size,
-        "runs_per_world": config.runs,
-        "delta": config.delta,
-    }
-    return {"audit": "dpsgd_whitebox", "setting": setting, **row}
+        scores = step_scores(
+            implementation,
+            spec.config,
+            noise_multiplier=spec.noise_multiplier,
+            insert=spec.insert,
+            seed=spec.seed,
+        )
+    return {"scores": scores.tolist(), "seconds": time.perf_counter() - start}
 
 
-def specs(config: WhiteboxConfig) -> list[WhiteboxRun]:
-    """The audit's units in the order of its rows: target epsilon, then seed."""
+def execute(spec: TrainingRun) -> dict[str, Any]:
+    """:func:`train` dpcore's DP-SGD, the implementation this audit trains.
+
+    Raises:
+        InvalidParameterError: ``spec.implementation`` is not dpcore's.
+    """
+    correct = Implementation()
+    if spec.implementation != correct.name:
+        raise InvalidParameterError("implementation", repr(correct.name), spec.implementation)
+    return train(correct, spec)
+
+
+#: one row of a white-box audit: (implementation's name, noise multiplier, audit seed)
+RowKey = tuple[str, float, int]
+
+
+def audit_rows(
+    execute_run: Callable[[TrainingRun], dict[str, Any]],
+    keys: list[RowKey],
+    config: WhiteboxConfig,
+    *,
+    executor: str | ExecutorChoice | SupportsSubmit | None,
+    store: RunStore,
+) -> list[dict[str, Any]]:
+    """Every row's training runs through :func:`dpcore.runs.run_many`, then each row summarised.
+
+    The rows are those of :func:`audit_one` for each key (the same numbers; ``seconds`` is the
+    runs' seconds plus the summary's).
+
+    Args:
+        execute_run: a module-level function training one run (:func:`train` of the named
+            implementation).
+        keys: the rows, in order.
+        config: the setting every row is audited in.
+        executor: where the runs go (see :func:`dpcore.runs.run_many`).
+        store: where the runs are kept.
+
+    Raises:
+        RunsFailedError: some runs still failed after a retry.
+    """
     setting = dataclasses.replace(config, epsilons=(), seeds=())
-    return [
-        WhiteboxRun(epsilon=epsilon, seed=seed, config=setting)
-        for epsilon in config.epsilons
-        for seed in config.seeds
+    runs = [
+        [
+            TrainingRun(name, sigma, insert, run_seed, setting)
+            for insert in (False, True)
+            for run_seed in world_seeds(config.runs, seed, insert)
+        ]
+        for name, sigma, seed in keys
     ]
+    every = [unit for units in runs for unit in units]
+    stored = run_many(execute_run, every, executor=executor, store=store)
+    results = dict(zip(every, stored, strict=True))
+    rows = []
+    for (_, sigma, seed), units in zip(keys, runs, strict=True):
+        start = time.perf_counter()
+        negative, positive = (
+            np.concatenate([np.asarray(results[u]["scores"]) for u in units if u.insert == insert])
+            for insert in (False, True)
+        )
+        row = summarise(negative, positive, config, noise_multiplier=sigma, seed=seed)
+        spent = sum(results[u]["seconds"] for u in units)
+        rows.append({**row, "seconds": spent + time.perf_counter() - start})
+    return rows
 
 
 def run(
@@ -294,9 +355,10 @@ def run(
 ) -> list[dict[str, Any]]:
     """Audit dpcore's DP-SGD at every target epsilon and seed; save ``dpsgd_whitebox.json``.
 
-    Each (target, seed) is one run of :func:`dpcore.runs.run_many` (one torch thread each),
-    kept in the audit's run store (``results/runs/dpsgd_whitebox``): a killed audit resumes
-    where it stopped.
+    Each training run (``config.runs`` per world, per target and seed) is one run of
+    :func:`dpcore.runs.run_many` (one torch thread each), kept in the audit's run store
+    (``results/runs/dpsgd_whitebox``): a killed audit resumes where it stopped. The per-step
+    test and the composition run here, from the stored scores.
 
     Args:
         config: the setting, targets and seeds.
@@ -306,8 +368,25 @@ def run(
     Raises:
         RunsFailedError: some runs still failed after a retry.
     """
+    q, delta, steps = config.sampling_probability, config.delta, config.steps
+    targets = [(eps, calibrated_sigma(eps, delta, q, steps)) for eps in config.epsilons]
+    keys = [(Implementation().name, sigma, seed) for _, sigma in targets for seed in config.seeds]
     store = run_store("dpsgd_whitebox", *SOURCES)
-    rows: list[dict[str, Any]] = run_many(execute, specs(config), executor=executor, store=store)
+    summaries = audit_rows(execute, keys, config, executor=executor, store=store)
+    rows = []
+    for (epsilon, sigma), row in zip(
+        [target for target in targets for _ in config.seeds], summaries, strict=True
+    ):
+        setting = {
+            "target_epsilon": epsilon,
+            "noise_multiplier": sigma,
+            "sampling_probability": q,
+            "steps": steps,
+            "dataset_size": config.dataset_size,
+            "runs_per_world": config.runs,
+            "delta": delta,
+        }
+        rows.append({"audit": "dpsgd_whitebox", "setting": setting, **row})
     save("dpsgd_whitebox", rows, dataclasses.asdict(config))
     return rows
 

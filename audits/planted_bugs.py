@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-import time
 from typing import Any
 
 import torch
@@ -35,14 +34,15 @@ from audits import dpsgd_whitebox
 from audits.canaries import shuffled_sampler
 from audits.dpsgd_whitebox import (
     Implementation,
+    TrainingRun,
     WhiteboxConfig,
-    audit_one,
+    audit_rows,
     calibrated_sigma,
-    single_thread,
+    train,
 )
 from audits.results_io import RESULTS, load, run_store, save
 from dpcore.errors import InvalidParameterError
-from dpcore.runs import ExecutorChoice, SupportsSubmit, run_many
+from dpcore.runs import ExecutorChoice, SupportsSubmit
 from dpcore.torch.optimizers import DPOptimizer
 from dpcore.torch.per_example.base import ClippedBatch, LossFunction
 from dpcore.torch.per_example.fast import FastEngine
@@ -128,18 +128,8 @@ class PlantedBugsConfig:
     seeds: tuple[int, ...] = (0,)
 
 
-@dataclasses.dataclass(frozen=True)
-class PlantedBugRun:
-    """One unit of the planted-bugs audit: one implementation (by name) and seed."""
-
-    implementation: str  # the name of one of IMPLEMENTATIONS
-    seed: int
-    target_epsilon: float
-    audit: WhiteboxConfig
-
-
-def execute(spec: PlantedBugRun) -> dict[str, Any]:
-    """Audit one implementation at the PLD-calibrated sigma of the claim; one result row.
+def execute(spec: TrainingRun) -> dict[str, Any]:
+    """:func:`~audits.dpsgd_whitebox.train` the implementation that ``spec`` names.
 
     Raises:
         InvalidParameterError: ``spec.implementation`` names none of :data:`IMPLEMENTATIONS`.
@@ -149,40 +139,7 @@ def execute(spec: PlantedBugRun) -> dict[str, Any]:
         raise InvalidParameterError(
             "implementation", f"one of {sorted(by_name)}", spec.implementation
         )
-    audit = spec.audit
-    sigma = calibrated_sigma(
-        spec.target_epsilon, audit.delta, audit.sampling_probability, audit.steps
-    )
-    start = time.perf_counter()
-    with single_thread():
-        row = audit_one(by_name[spec.implementation], audit, noise_multiplier=sigma, seed=spec.seed)
-    setting = {
-        "implementation": spec.implementation,
-        "target_epsilon": spec.target_epsilon,
-        "noise_multiplier": sigma,
-        "sampling_probability": audit.sampling_probability,
-        "steps": audit.steps,
-        "dataset_size": audit.dataset_size,
-        "runs_per_world": audit.runs,
-        "delta": audit.delta,
-    }
-    row["flagged"] = bool(row["epsilon_lower"] > spec.target_epsilon)
-    row["seconds"] = time.perf_counter() - start
-    return {"audit": "planted_bugs", "setting": setting, **row}
-
-
-def specs(config: PlantedBugsConfig) -> list[PlantedBugRun]:
-    """The audit's units in the order of its rows: implementation, then seed."""
-    return [
-        PlantedBugRun(
-            implementation=implementation.name,
-            seed=seed,
-            target_epsilon=config.target_epsilon,
-            audit=config.audit,
-        )
-        for implementation in IMPLEMENTATIONS
-        for seed in config.seeds
-    ]
+    return train(by_name[spec.implementation], spec)
 
 
 def run(
@@ -192,9 +149,10 @@ def run(
 ) -> list[dict[str, Any]]:
     """Audit the correct implementation and every mutant; save ``planted_bugs.json``.
 
-    Each (implementation, seed) is one run of :func:`dpcore.runs.run_many` (one torch thread
-    each), kept in the audit's run store (``results/runs/planted_bugs``): a killed audit resumes
-    where it stopped.
+    Each training run (``config.audit.runs`` per world, per implementation and seed) is one run
+    of :func:`dpcore.runs.run_many` (one torch thread each), kept in the audit's run store
+    (``results/runs/planted_bugs``): a killed audit resumes where it stopped. The per-step
+    tests run here, from the stored scores.
 
     Args:
         config: the claim, the tiny-data setting and the seeds.
@@ -204,8 +162,27 @@ def run(
     Raises:
         RunsFailedError: some runs still failed after a retry.
     """
+    audit = config.audit
+    sigma = calibrated_sigma(
+        config.target_epsilon, audit.delta, audit.sampling_probability, audit.steps
+    )
+    keys = [(i.name, sigma, seed) for i in IMPLEMENTATIONS for seed in config.seeds]
     store = run_store("planted_bugs", *SOURCES)
-    rows: list[dict[str, Any]] = run_many(execute, specs(config), executor=executor, store=store)
+    summaries = audit_rows(execute, keys, audit, executor=executor, store=store)
+    rows = []
+    for (name, _, _), row in zip(keys, summaries, strict=True):
+        setting = {
+            "implementation": name,
+            "target_epsilon": config.target_epsilon,
+            "noise_multiplier": sigma,
+            "sampling_probability": audit.sampling_probability,
+            "steps": audit.steps,
+            "dataset_size": audit.dataset_size,
+            "runs_per_world": audit.runs,
+            "delta": audit.delta,
+        }
+        row["flagged"] = bool(row["epsilon_lower"] > config.target_epsilon)
+        rows.append({"audit": "planted_bugs", "setting": setting, **row})
     save("planted_bugs", rows, dataclasses.asdict(config))
     return rows
 
