@@ -52,6 +52,7 @@ from audits.dpsgd_whitebox import WhiteboxConfig, _dataset, _loss, single_thread
 from audits.results_io import RESULTS, load, run_store, save
 from dpcore.accountants import JlAccountant, PldAccountant
 from dpcore.auditing.stepwise import held_out_threshold_bound
+from dpcore.errors import InvalidParameterError
 from dpcore.events import GaussianEvent, JLGaussianEvent, PoissonSampledEvent
 from dpcore.runs import ExecutorChoice, SupportsSubmit, run_many
 from dpcore.torch.noise import NoiseSource, SeededGaussianNoise
@@ -231,70 +232,70 @@ def _finite(value: float) -> float | None:
 
 
 @dataclasses.dataclass(frozen=True)
-class JlRun:
-    """One unit of the JL audit: one JL dimension r, its "out" world and every canary norm.
+class JlBound:
+    """One unit of the JL audit: the per-step accountants' epsilon at one JL dimension."""
 
-    ``config`` is the audit's setting with ``jl_dimensions`` emptied, so that adding an r leaves
-    the stored units of the others valid. The "out" world is shared by the canary norms of r,
-    so they are one unit.
+    noise_multiplier: float
+    jl_dimension: int
+    delta: float
+
+
+@dataclasses.dataclass(frozen=True)
+class JlTraining:
+    """One unit of the JL audit: one training run at one r (``canary_norm`` None: "out").
+
+    ``config`` is the audit's setting with ``jl_dimensions`` and ``canary_norms`` emptied, so
+    that adding an r or a norm leaves the stored units of the others valid.
     """
 
     jl_dimension: int
+    canary_norm: float | None
+    seed: int
     config: JlAuditConfig
 
 
-def execute(spec: JlRun) -> list[dict[str, Any]]:
-    """Audit every canary norm at one r (one torch thread); one result row per canary norm."""
-    config, r = spec.config, spec.jl_dimension
-    rows = []
+def execute(spec: JlBound | JlTraining) -> dict[str, Any]:
+    """One unit, as JSON values with its seconds: the accountants' epsilon (``null`` for an
+    unbounded one) or one run's per-step scores (one torch thread).
+
+    Raises:
+        InvalidParameterError: ``spec`` is neither a :class:`JlBound` nor a :class:`JlTraining`.
+    """
+    start = time.perf_counter()
+    if isinstance(spec, JlBound):
+        upper = step_upper_bounds(spec.noise_multiplier, spec.jl_dimension, spec.delta)
+        finite = {k: _finite(v) for k, v in upper.items()}
+        return {"epsilon_upper": finite, "seconds": time.perf_counter() - start}
+    if not isinstance(spec, JlTraining):
+        raise InvalidParameterError("spec", "a JlBound or a JlTraining", spec)
     with single_thread():
-        start = time.perf_counter()
-        negative = step_scores(config, jl_dimension=r, canary_norm=None, seed=config.seed)
-        upper = step_upper_bounds(config.noise_multiplier, r, config.delta)
-        # The "out" world and the accountants are shared by the canary norms of this r.
-        out_seconds = time.perf_counter() - start
-        for index, norm in enumerate(config.canary_norms):
-            start = time.perf_counter()
-            seed = config.seed + 1 + index
-            positive = step_scores(config, jl_dimension=r, canary_norm=norm, seed=seed)
-            epsilon_lower, threshold = distinguish(
-                negative,
-                positive,
-                delta=config.delta,
-                confidence=config.confidence,
-                held_out_fraction=config.held_out_fraction,
-                seed=seed,
-            )
-            setting = {
-                "jl_dimension": r,
-                "canary_norm_over_c": norm,
-                "noise_multiplier": config.noise_multiplier,
-                "per_step_delta": config.delta,
-                "steps_per_world": config.steps,
-                "dataset_size": config.dataset_size,
-                "sampling_probability": config.sampling_probability,
-            }
-            rows.append(
-                {
-                    "audit": "dpsgd_jl",
-                    "setting": setting,
-                    "epsilon_lower": epsilon_lower,
-                    "confidence": config.confidence,
-                    "epsilon_upper": {k: _finite(v) for k, v in upper.items()},
-                    "seed": seed,
-                    "threshold": threshold,
-                    "positive_mean": float(positive.mean()),
-                    "positive_max": float(positive.max()),
-                    "seconds": time.perf_counter() - start + out_seconds / len(config.canary_norms),
-                }
-            )
-    return rows
+        scores = step_scores(
+            spec.config,
+            jl_dimension=spec.jl_dimension,
+            canary_norm=spec.canary_norm,
+            seed=spec.seed,
+        )
+    return {"scores": scores.tolist(), "seconds": time.perf_counter() - start}
 
 
-def specs(config: JlAuditConfig) -> list[JlRun]:
-    """The audit's units, one per JL dimension, in the order of its rows."""
-    setting = dataclasses.replace(config, jl_dimensions=())
-    return [JlRun(jl_dimension=r, config=setting) for r in config.jl_dimensions]
+def specs(config: JlAuditConfig) -> dict[int, list[JlBound | JlTraining]]:
+    """Every r's units: its accountants, its "out" world, then one "in" world per canary norm.
+
+    The "out" world (seed ``config.seed``) is shared by the canary norms of r; the "in" world
+    of the i-th norm has seed ``config.seed + 1 + i``.
+    """
+    setting = dataclasses.replace(config, jl_dimensions=(), canary_norms=())
+    units: dict[int, list[JlBound | JlTraining]] = {}
+    for r in config.jl_dimensions:
+        units[r] = [
+            JlBound(config.noise_multiplier, r, config.delta),
+            JlTraining(r, None, config.seed, setting),
+        ]
+        units[r] += [
+            JlTraining(r, norm, config.seed + 1 + index, setting)
+            for index, norm in enumerate(config.canary_norms)
+        ]
+    return units
 
 
 def run(
@@ -304,8 +305,10 @@ def run(
 ) -> list[dict[str, Any]]:
     """Audit every (r, canary norm) at one sigma; save ``dpsgd_jl.json``.
 
-    Each r is one run of :func:`dpcore.runs.run_many`, kept in the audit's run store
-    (``results/runs/dpsgd_jl``): a killed audit resumes where it stopped.
+    The accountants of each r and each training run are runs of :func:`dpcore.runs.run_many`,
+    kept in the audit's run store (``results/runs/dpsgd_jl``): a killed audit resumes where it
+    stopped. The threshold tests run here, from the stored scores; a row's seconds are its
+    "in" run's and test's plus its share of the "out" run's and the accountants'.
 
     Args:
         config: the setting, JL dimensions and canary norms.
@@ -315,9 +318,51 @@ def run(
     Raises:
         RunsFailedError: some runs still failed after a retry.
     """
+    units = specs(config)
+    every = [unit for per_r in units.values() for unit in per_r]
     store = run_store("dpsgd_jl", *SOURCES)
-    per_dimension = run_many(execute, specs(config), executor=executor, store=store)
-    rows: list[dict[str, Any]] = [row for rows in per_dimension for row in rows]
+    stored = run_many(execute, every, executor=executor, store=store)
+    results = dict(zip(every, stored, strict=True))
+    rows = []
+    for r, (bound, out, *ins) in units.items():
+        negative = np.asarray(results[out]["scores"])
+        shared = (results[out]["seconds"] + results[bound]["seconds"]) / len(ins)
+        for unit in ins:
+            assert isinstance(unit, JlTraining)
+            start = time.perf_counter()
+            positive = np.asarray(results[unit]["scores"])
+            epsilon_lower, threshold = distinguish(
+                negative,
+                positive,
+                delta=config.delta,
+                confidence=config.confidence,
+                held_out_fraction=config.held_out_fraction,
+                seed=unit.seed,
+            )
+            setting = {
+                "jl_dimension": r,
+                "canary_norm_over_c": unit.canary_norm,
+                "noise_multiplier": config.noise_multiplier,
+                "per_step_delta": config.delta,
+                "steps_per_world": config.steps,
+                "dataset_size": config.dataset_size,
+                "sampling_probability": config.sampling_probability,
+            }
+            spent = results[unit]["seconds"] + time.perf_counter() - start + shared
+            rows.append(
+                {
+                    "audit": "dpsgd_jl",
+                    "setting": setting,
+                    "epsilon_lower": epsilon_lower,
+                    "confidence": config.confidence,
+                    "epsilon_upper": results[bound]["epsilon_upper"],
+                    "seed": unit.seed,
+                    "threshold": threshold,
+                    "positive_mean": float(positive.mean()),
+                    "positive_max": float(positive.max()),
+                    "seconds": spent,
+                }
+            )
     save("dpsgd_jl", rows, dataclasses.asdict(config))
     return rows
 

@@ -32,11 +32,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from audits.dpsgd_whitebox import single_thread, torch_seeded
+from audits.dpsgd_whitebox import calibrated_sigma, single_thread, torch_seeded
 from audits.results_io import RESULTS, load, run_store, save
 from dpcore.accountants import PldAccountant, RdpAccountant
 from dpcore.auditing import one_run_epsilon_lower_bound
-from dpcore.calibration import calibrate_noise
 from dpcore.data import load_adult_features
 from dpcore.events import dpsgd_event
 from dpcore.runs import ExecutorChoice, SupportsSubmit, run_many
@@ -180,23 +179,14 @@ def _summary(scores: np.ndarray, included: np.ndarray, config: MembershipConfig)
 
 def _offline_lira(
     config: MembershipConfig,
-    x: np.ndarray,
-    y: np.ndarray,
     target_phi: np.ndarray,
-    noise_multiplier: float | None,
+    shadows: list[tuple[np.ndarray, np.ndarray]],
 ) -> np.ndarray:
-    """(phi_target - mean_out) / sd_out from K shadow models (their own inclusion bits)."""
-    rng = np.random.default_rng(config.seed + 1000)
-    canary_x, canary_y = x[config.base_size :], y[config.base_size :]
+    """(phi_target - mean_out) / sd_out from the shadow models' (inclusion bits, phi)."""
     out_sums = np.zeros(config.canaries)
     out_squares = np.zeros(config.canaries)
     out_counts = np.zeros(config.canaries)
-    for shadow in range(config.shadows):
-        bits = rng.integers(0, 2, size=config.canaries)
-        model = _train(
-            config, x, y, bits, noise_multiplier=noise_multiplier, seed=config.seed + 100 + shadow
-        )
-        phi = _phi(model, canary_x, canary_y)
+    for bits, phi in shadows:
         out = bits == 0
         out_sums[out] += phi[out]
         out_squares[out] += phi[out] ** 2
@@ -211,36 +201,66 @@ def _offline_lira(
     return np.where(out_counts > 0, (target_phi - mean) / spread, 0.0)
 
 
-def audit_one(config: MembershipConfig, epsilon: float | None) -> dict[str, Any]:
-    """Train the target model (non-private if ``epsilon`` is None) and score every canary."""
-    start = time.perf_counter()
-    x, y = _data(config)
+def inclusion_bits(config: MembershipConfig, shadow: int | None) -> np.ndarray:
+    """The canaries' inclusion bits of the target model (``shadow`` None) or of one shadow.
+
+    The target's come from a generator seeded by ``config.seed``; shadow k's are the (k + 1)-th
+    draw of one seeded by ``config.seed + 1000`` (so each model can be trained on its own).
+    """
+    if shadow is None:
+        return np.random.default_rng(config.seed).integers(0, 2, size=config.canaries)
+    rng = np.random.default_rng(config.seed + 1000)
+    for _ in range(shadow):
+        rng.integers(0, 2, size=config.canaries)
+    return rng.integers(0, 2, size=config.canaries)
+
+
+def noise_multiplier_for(config: MembershipConfig, epsilon: float | None) -> float | None:
+    """DP-SGD's PLD-calibrated sigma for the claim ``epsilon`` (None: non-private training)."""
+    if epsilon is None:
+        return None
+    return calibrated_sigma(epsilon, config.delta, config.sampling_probability, config.dp_steps)
+
+
+def model_phi(
+    config: MembershipConfig,
+    x: np.ndarray,
+    y: np.ndarray,
+    epsilon: float | None,
+    shadow: int | None,
+) -> np.ndarray:
+    """Train the target model (``shadow`` None) or one shadow; phi of every canary."""
+    bits = inclusion_bits(config, shadow)
+    seed = config.seed if shadow is None else config.seed + 100 + shadow
+    sigma = noise_multiplier_for(config, epsilon)
+    model = _train(config, x, y, bits, noise_multiplier=sigma, seed=seed)
+    return _phi(model, x[config.base_size :], y[config.base_size :])
+
+
+def summarise(
+    config: MembershipConfig,
+    epsilon: float | None,
+    target_phi: np.ndarray,
+    shadow_phis: list[np.ndarray],
+) -> dict[str, Any]:
+    """The result row of one target model from its phi and its shadows' (without seconds)."""
     n_train = config.base_size + config.canaries / 2  # the expected training-set size
-    sigma = None
+    sigma = noise_multiplier_for(config, epsilon)
     upper: dict[str, float | None] = {"pld": None, "rdp": None}
     q, steps = config.sampling_probability, config.dp_steps
-    if epsilon is not None:
-        sigma = calibrate_noise(
-            target_epsilon=epsilon,
-            target_delta=config.delta,
-            sampling_probability=q,
-            steps=steps,
-            accountant="pld",
-        )
+    if sigma is not None:
         event = dpsgd_event(sampling_probability=q, noise_multiplier=sigma, steps=steps)
         upper = {
             "pld": PldAccountant().compose(event).get_epsilon(config.delta),
             "rdp": RdpAccountant().compose(event).get_epsilon(config.delta),
         }
-    rng = np.random.default_rng(config.seed)
-    included = rng.integers(0, 2, size=config.canaries)
-    target = _train(config, x, y, included, noise_multiplier=sigma, seed=config.seed)
-    canary_x, canary_y = x[config.base_size :], y[config.base_size :]
-    phi = _phi(target, canary_x, canary_y)
-    rows = {"loss_threshold": _summary(phi, included, config)}  # -loss is increasing in phi
+    included = inclusion_bits(config, None)
+    rows = {"loss_threshold": _summary(target_phi, included, config)}  # -loss rises with phi
     if config.shadows > 0:
-        lira = _offline_lira(config, x, y, phi, sigma)
-        rows["offline_lira"] = _summary(lira, included, config)
+        shadows = [(inclusion_bits(config, k), phi) for k, phi in enumerate(shadow_phis)]
+        rows["offline_lira"] = _summary(
+            _offline_lira(config, target_phi, shadows), included, config
+        )
     setting = {
         "dataset": config.dataset,
         "training": "non-private" if epsilon is None else f"DP-SGD, claimed eps {epsilon:g}",
@@ -261,32 +281,49 @@ def audit_one(config: MembershipConfig, epsilon: float | None) -> dict[str, Any]
         if epsilon is not None
         else {"pld": None, "rdp": None, "note": "non-private: no finite epsilon"},
         "seed": config.seed,
-        "seconds": time.perf_counter() - start,
     }
 
 
+def audit_one(config: MembershipConfig, epsilon: float | None) -> dict[str, Any]:
+    """Train the target model (non-private if ``epsilon`` is None) and score every canary."""
+    start = time.perf_counter()
+    x, y = _data(config)
+    phis = [model_phi(config, x, y, epsilon, None)]
+    phis += [model_phi(config, x, y, epsilon, k) for k in range(config.shadows)]
+    row = summarise(config, epsilon, phis[0], phis[1:])
+    return {**row, "seconds": time.perf_counter() - start}
+
+
 @dataclasses.dataclass(frozen=True)
-class MembershipRun:
-    """One unit of the membership audit: one target model (non-private when ``epsilon`` is None).
+class MembershipTraining:
+    """One model of the membership audit: the target (``shadow`` None) or one shadow model,
+    trained for the claim ``epsilon`` (None: non-private).
 
     ``config`` is the audit's setting with ``epsilons`` emptied, so that adding a claim leaves
-    the stored units of the others valid.
+    the stored models of the others valid.
     """
 
     epsilon: float | None
+    shadow: int | None
     config: MembershipConfig
 
 
-def execute(spec: MembershipRun) -> dict[str, Any]:
-    """:func:`audit_one` for the spec's target (one torch thread); one result row."""
+def execute(spec: MembershipTraining) -> dict[str, Any]:
+    """Train one model (one torch thread); phi of every canary and the seconds, as JSON values."""
+    start = time.perf_counter()
+    x, y = _data(spec.config)
     with single_thread():
-        return audit_one(spec.config, spec.epsilon)
+        phi = model_phi(spec.config, x, y, spec.epsilon, spec.shadow)
+    return {"phi": phi.tolist(), "seconds": time.perf_counter() - start}
 
 
-def specs(config: MembershipConfig) -> list[MembershipRun]:
-    """The audit's units in the order of its rows: non-private, then every claimed epsilon."""
+def specs(config: MembershipConfig) -> list[list[MembershipTraining]]:
+    """Every row's models, rows in order (non-private, then each claim): target, then shadows."""
     setting = dataclasses.replace(config, epsilons=())
-    return [MembershipRun(epsilon=epsilon, config=setting) for epsilon in (None, *config.epsilons)]
+    return [
+        [MembershipTraining(epsilon, shadow, setting) for shadow in (None, *range(config.shadows))]
+        for epsilon in (None, *config.epsilons)
+    ]
 
 
 def run(
@@ -296,9 +333,10 @@ def run(
 ) -> list[dict[str, Any]]:
     """Non-private target, then DP-SGD targets at the claimed epsilons; saves membership.json.
 
-    Each target (with its shadow models) is one run of :func:`dpcore.runs.run_many`, kept in
-    the audit's run store (``results/runs/membership``): a killed audit resumes where it
-    stopped.
+    Each model (every target and its shadows) is one run of :func:`dpcore.runs.run_many`, kept
+    in the audit's run store (``results/runs/membership``): a killed audit resumes where it
+    stopped. The attacks are scored here, from the stored phi; a row's seconds are its models'
+    and its scoring's.
 
     Args:
         config: the data, recipe and claimed epsilons.
@@ -308,8 +346,19 @@ def run(
     Raises:
         RunsFailedError: some runs still failed after a retry.
     """
+    units = specs(config)
+    every = [unit for models in units for unit in models]
     store = run_store("membership", *SOURCES)
-    rows: list[dict[str, Any]] = run_many(execute, specs(config), executor=executor, store=store)
+    results = dict(
+        zip(every, run_many(execute, every, executor=executor, store=store), strict=True)
+    )
+    rows = []
+    for epsilon, (target, *shadows) in zip((None, *config.epsilons), units, strict=True):
+        start = time.perf_counter()
+        phis = [np.asarray(results[model]["phi"]) for model in (target, *shadows)]
+        row = summarise(config, epsilon, phis[0], phis[1:])
+        spent = sum(results[model]["seconds"] for model in (target, *shadows))
+        rows.append({**row, "seconds": spent + time.perf_counter() - start})
     save("membership", rows, dataclasses.asdict(config))
     return rows
 
