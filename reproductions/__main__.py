@@ -106,9 +106,10 @@ def main(argv: list[str] | None = None) -> int:
         "--executor",
         default=None,
         metavar="E",
-        help=f"where the runs of reproductions that fan out ({', '.join(fanning_out())}) train: "
-        f"{EXECUTOR_FORMS} (default: local, in this process); e.g. processes:20 for 20 runs "
-        "sharing one GPU. See docs/cluster.md",
+        help=f"where the runs of the reproductions that take it ({', '.join(fanning_out())}) "
+        f"run: {EXECUTOR_FORMS} (default: local, in this process); e.g. processes:20 for 20 runs "
+        "sharing one GPU. The timings of bu2021_jl_speed and bu2021_jl_memory are handed over "
+        "one at a time. See docs/cluster.md",
     )
     parser.add_argument(
         "--workers",

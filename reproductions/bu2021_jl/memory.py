@@ -32,16 +32,17 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from dpcore.runs import cells, torch_cells
+from dpcore.runs import cells, one_at_a_time, run_many, torch_cells
 from dpcore.runs import measurements as cache
 from dpcore.runs.cells import Cell
 from dpcore.runs.workers import is_oom
 from reproductions.bu2021_jl import config as paper
 from reproductions.bu2021_jl.memory_worker import MODULE, SMALL_HIDDEN, WIDE_HIDDEN, _variant
 from reproductions.common import code_fingerprint
-from reproductions.harness import ROOT, Output
+from reproductions.harness import ROOT, Executor, Output, fanning_out
 
 STEM = "bu2021_jl_memory"
 TABLE = "memory-table"
@@ -298,79 +299,67 @@ def parameter_count(hidden: int) -> int:
 Prober = Callable[[str, int, Method, int], "dict[str, Any] | None"]
 
 
-def sweep(
-    config: MemoryConfig, device: str, probe: Prober
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """``(rows, probes)``: the bisection for every (model, method) of ``config``.
+def sweep_method(
+    config: MemoryConfig, device: str, name: str, method: Method, probe: Prober
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``(row, probes)``: the bisection of one (model, method) of ``config``.
 
-    A probe that returns None (not run) stops its method's bisection: the row is then marked
+    A probe that returns None (not run) stops the bisection: the row is then marked
     ``complete: false`` and its lot is only a lower bound (or unknown).
     """
-    from tqdm import tqdm
-
-    models = {
+    hidden, (low, high) = {
         "small": (SMALL_HIDDEN, config.small_log2),
         "wide": (config.wide_hidden, config.wide_log2),
+    }[name]
+    mine: list[dict[str, Any]] = []
+    missing: list[int] = []
+
+    def fits(k: int) -> bool:
+        if missing:
+            return False  # stop at the first probe that was not run
+        row = probe(name, hidden, method, 2**k)
+        if row is None:
+            missing.append(2**k)
+            return False
+        mine.append(row)
+        return bool(row["outcome"] == "fits")
+
+    k = largest_fitting(fits, low, high)
+    above = [row for row in mine if row["batch_size"] > (2**k if k is not None else 0)]
+    bounded_by_memory = bool(above) and all(row["outcome"] == "exceeds" for row in above)
+    complete = not missing
+    row = {
+        "model": name,
+        "parameters": parameter_count(hidden),
+        "method": method.method,
+        "r": method.r,
+        "per_direction": method.per_direction,
+        "label": method.label,
+        "largest_lot": None if k is None else 2**k,
+        "largest_tried": 2**high,
+        "smallest_tried": 2**low,
+        # True: the next lot up was tried and exceeded the cap (the answer is exact).
+        "bounded_by_memory": complete and (bounded_by_memory or k is None),
+        "complete": complete,
+        "ratio_to_nonprivate": None,
+        "peak_mb_at_largest": next(
+            (
+                row["peak_gpu_mb" if device == "cuda" else "peak_rss_mb"]
+                for row in mine
+                if k is not None and row["batch_size"] == 2**k
+            ),
+            None,
+        ),
+        "outcomes": ", ".join(
+            [f"{row['batch_size']}: {row['outcome']}" for row in mine]
+            + [f"{lot}: not run" for lot in missing]
+        ),
     }
-    probes: list[dict[str, Any]] = []
-    rows: list[dict[str, Any]] = []
-    sweeps = [(name, method) for name in models for method in config.methods]
-    for name, method in tqdm(sweeps, desc="largest lot under the cap", unit="method"):
-        hidden, (low, high) = models[name]
-        mine: list[dict[str, Any]] = []
-        missing: list[int] = []
+    return row, mine
 
-        def fits(
-            k: int,
-            name: str = name,
-            hidden: int = hidden,
-            method: Method = method,
-            mine: list[dict[str, Any]] = mine,
-            missing: list[int] = missing,
-        ) -> bool:
-            if missing:
-                return False  # stop at the first probe that was not run
-            row = probe(name, hidden, method, 2**k)
-            if row is None:
-                missing.append(2**k)
-                return False
-            mine.append(row)
-            return bool(row["outcome"] == "fits")
 
-        k = largest_fitting(fits, low, high)
-        probes += mine
-        above = [row for row in mine if row["batch_size"] > (2**k if k is not None else 0)]
-        bounded_by_memory = bool(above) and all(row["outcome"] == "exceeds" for row in above)
-        complete = not missing
-        rows.append(
-            {
-                "model": name,
-                "parameters": parameter_count(hidden),
-                "method": method.method,
-                "r": method.r,
-                "per_direction": method.per_direction,
-                "label": method.label,
-                "largest_lot": None if k is None else 2**k,
-                "largest_tried": 2**high,
-                "smallest_tried": 2**low,
-                # True: the next lot up was tried and exceeded the cap (the answer is exact).
-                "bounded_by_memory": complete and (bounded_by_memory or k is None),
-                "complete": complete,
-                "ratio_to_nonprivate": None,
-                "peak_mb_at_largest": next(
-                    (
-                        row["peak_gpu_mb" if device == "cuda" else "peak_rss_mb"]
-                        for row in mine
-                        if k is not None and row["batch_size"] == 2**k
-                    ),
-                    None,
-                ),
-                "outcomes": ", ".join(
-                    [f"{row['batch_size']}: {row['outcome']}" for row in mine]
-                    + [f"{lot}: not run" for lot in missing]
-                ),
-            }
-        )
+def with_ratios(rows: list[dict[str, Any]]) -> None:
+    """Each row's largest lot over its model's non-private one (``ratio_to_nonprivate``)."""
     for row in rows:
         reference = next(
             r["largest_lot"]
@@ -379,7 +368,67 @@ def sweep(
         )
         if reference and row["largest_lot"]:
             row["ratio_to_nonprivate"] = row["largest_lot"] / reference
+
+
+def sweeps(config: MemoryConfig) -> list[tuple[str, Method]]:
+    """Every (model, method) of ``config``: the small CNN's methods, then the wide one's."""
+    return [(name, method) for name in ("small", "wide") for method in config.methods]
+
+
+def sweep(
+    config: MemoryConfig, device: str, probe: Prober
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(rows, probes)``: :func:`sweep_method` for every (model, method) of ``config``, here."""
+    from tqdm import tqdm
+
+    probes: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []
+    for name, method in tqdm(sweeps(config), desc="largest lot under the cap", unit="method"):
+        row, mine = sweep_method(config, device, name, method, probe)
+        rows.append(row)
+        probes += mine
+    with_ratios(rows)
     return rows, probes
+
+
+def hardware_of(config: MemoryConfig, device: str) -> str:
+    """What measures here: the GPU's name on CUDA, else the CPU and the profile's threads."""
+    import torch
+
+    if device == "cuda":
+        return f"{torch.cuda.get_device_name(0)} (CUDA)"
+    return f"CPU, {config.threads} torch thread(s)"
+
+
+@dataclasses.dataclass(frozen=True)
+class MethodSweep:
+    """One (model, method) bisection, a picklable spec for :func:`dpcore.runs.run_many`
+    (:func:`sweep_job`): the profile as run on ``device``, and the run store's root
+    (``Output.runs``) where the full profile keeps its probes."""
+
+    config: MemoryConfig
+    device: str
+    model: str
+    method: Method
+    runs: str
+
+
+def sweep_job(job: MethodSweep) -> dict[str, Any]:
+    """:func:`sweep_method` of ``job`` on this machine, each probe in a watched worker process
+    (:func:`run_probe`): its ``row``, its ``probes`` and the ``hardware`` that measured them."""
+    hardware = hardware_of(job.config, job.device)
+    setup = measuring_setup(job.device, hardware)
+    output = Output(runs=Path(job.runs))
+    row, probes = sweep_method(
+        job.config,
+        job.device,
+        job.model,
+        job.method,
+        lambda name, hidden, method, lot: run_probe(
+            job.config, setup, name, hidden, method, lot, output=output
+        ),
+    )
+    return {"row": row, "probes": probes, "hardware": hardware}
 
 
 def _save(
@@ -406,37 +455,52 @@ def _save(
     output.save_results(stem_for(device), config=config, rows=rows, extra=extra)
 
 
-def compute(profile: str = "quick", *, output: Output | None = None) -> None:
+def compute(
+    profile: str = "quick",
+    *,
+    output: Output | None = None,
+    executor: Executor = None,
+) -> None:
     """Bisect the largest power-of-two lot under the cap for every (model, method).
 
     ``output`` (default :class:`~reproductions.harness.Output`) receives the results and keeps
-    the full profile's probes in its run store.
+    the full profile's probes in its run store. Each (model, method) bisection is a run of
+    :func:`dpcore.runs.run_many` (:class:`MethodSweep`): here (``executor`` None or
+    ``"local"``) or on ``executor``, handed one at a time (:func:`dpcore.runs.one_at_a_time`:
+    the machine's memory and cores are the measurement's alone; the machine needs this
+    checkout). The results name the hardware that measured them.
+
+    Raises:
+        InvalidParameterError: ``executor`` is invalid (before anything runs).
     """
     import torch
+    from tqdm import tqdm
 
+    fanning_out(executor)  # an invalid choice is refused before anything runs
     output = output or Output()
     device = paper.default_device()
     config = PROFILES[profile].on(device)
     start = time.perf_counter()
-    hardware = (
-        f"{torch.cuda.get_device_name(0)} (CUDA)"
-        if device == "cuda"
-        else f"CPU, {config.threads} torch thread(s)"
-    )
-    setup = measuring_setup(device, hardware)
-    rows, probes = sweep(
-        config,
-        device,
-        lambda name, hidden, method, lot: run_probe(
-            config, setup, name, hidden, method, lot, output=output
-        ),
-    )
+    jobs = [
+        MethodSweep(config, device, name, method, str(output.runs))
+        for name, method in sweeps(config)
+    ]
+    rows: list[dict[str, Any]] = []
+    probes: list[dict[str, Any]] = []
+    machines: list[str] = []
+    with one_at_a_time(executor) as chosen:
+        for job in tqdm(jobs, desc="largest lot under the cap", unit="method"):
+            (done,) = run_many(sweep_job, [job], executor=chosen, progress=False, retries=0)
+            rows.append(done["row"])
+            probes += done["probes"]
+            machines += [done["hardware"]] if done["hardware"] not in machines else []
+    with_ratios(rows)
     _save(
         config,
         device,
         rows,
         probes,
-        hardware=hardware,
+        hardware=" + ".join(machines),
         torch_version=torch.__version__,
         wall_time_s=round(time.perf_counter() - start, 1),
         output=output,

@@ -38,16 +38,18 @@ import io
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from dpcore.atomic import atomic_write_bytes
 from dpcore.runs import measurements as cache
+from dpcore.runs import one_at_a_time, run_many
 from dpcore.runs.cells import Cell, run_timing, timing_worker
 from reproductions.bu2021_jl import config as paper
-from reproductions.common import code_fingerprint
-from reproductions.harness import ROOT, Output
+from reproductions.common import code_fingerprint, profile_config
+from reproductions.harness import ROOT, Executor, Output, fanning_out
 
 STEM = "bu2021_jl_speed"
 TABLE = "speed-table"
@@ -476,34 +478,72 @@ def measure_cell(
     return measured
 
 
-def compute(profile: str = "quick", *, output: Output | None = None) -> None:
+@dataclasses.dataclass(frozen=True)
+class SpeedRun:
+    """One method's timing, a picklable spec for :func:`dpcore.runs.run_many` (:func:`time_cell`):
+    the cell, the profile, the device and the run store's root (``Output.runs``) where the full
+    profile's measurements are kept."""
+
+    cell: Cell
+    config: SpeedConfig
+    device: str
+    runs: str
+
+
+def time_cell(run: SpeedRun) -> dict[str, Any]:
+    """:func:`measure_cell` of ``run`` on this machine (its hardware, torch and threads: the
+    profile's, or all of its cores): the measurement and the hardware and threads it ran on."""
+    threads = run.config.threads or os.cpu_count() or 1
+    setup = measuring_setup(run.device, threads)
+    measured = measure_cell(run.cell, run.config, setup, output=Output(runs=Path(run.runs)))
+    return {"measured": measured, "hardware": setup["hardware"], "threads": threads}
+
+
+def compute(
+    profile: str = "quick",
+    *,
+    config: SpeedConfig | None = None,
+    output: Output | None = None,
+    executor: Executor = None,
+) -> None:
     """Time every method (one process each) and save the rows; finished cells are kept.
 
     ``output`` (default :class:`~reproductions.harness.Output`) receives the results, keeps the
     full profile's measurements in its run store and gives the TF Privacy timing, if saved.
+    Each method is a run of :func:`dpcore.runs.run_many` (:func:`time_cell`): here (``executor``
+    None or ``"local"``) or on ``executor``, handed one at a time
+    (:func:`dpcore.runs.one_at_a_time`: no two timings share a machine; the machine needs this
+    checkout and the tokenised reviews' cache). Each row names the machine that timed it.
+
+    Raises:
+        InvalidParameterError: the profile or ``executor`` is invalid (before anything runs).
     """
     import torch
     from tqdm import tqdm
 
+    config = profile_config(PROFILES, profile, config)
+    fanning_out(executor)  # an invalid choice is refused before anything runs
     output = output or Output()
-    config = PROFILES[profile]
     device = paper.default_device()
-    threads = config.threads or os.cpu_count() or 1
     start = time.perf_counter()
     _imdb_train()  # tokenise once, before the workers
     lots = lots_per_epoch(config)
-    here = measuring_setup(device, threads)
-    hardware = here["hardware"]
     rows: list[dict[str, Any]] = []
-    progress = tqdm(cells(config), desc="IMDb seconds per epoch", unit="method")
-    for cell in progress:
-        progress.set_postfix_str(cell.label)
-        measured = measure_cell(cell, config, here, output=output)
-        row = _row(cell, measured, lots, hardware)
-        rows.append(row)
-        progress.write(
-            f"{cell.label}: {row['seconds_per_epoch']} s/epoch ({row['timed_steps']} lots)"
-        )
+    machines: list[str] = []
+    threads: list[int] = []
+    with one_at_a_time(executor) as chosen:
+        progress = tqdm(cells(config), desc="IMDb seconds per epoch", unit="method")
+        for cell in progress:
+            progress.set_postfix_str(cell.label)
+            spec = SpeedRun(cell, config, device, str(output.runs))
+            (timed,) = run_many(time_cell, [spec], executor=chosen, progress=False, retries=0)
+            row = _row(cell, timed["measured"], lots, timed["hardware"])
+            rows.append(row)
+            machines += [timed["hardware"]] if timed["hardware"] not in machines else []
+            threads += [timed["threads"]] if timed["threads"] not in threads else []
+            progress.write(
+                f"{cell.label}: {row['seconds_per_epoch']} s/epoch ({row['timed_steps']} lots)"
+            )
     reference = rows[0]["seconds_per_epoch"]
     for row in rows:
         if reference and row["seconds_per_epoch"]:
@@ -512,9 +552,10 @@ def compute(profile: str = "quick", *, output: Output | None = None) -> None:
         rows += tf_privacy_rows(output) + dpcore_tf_rows(output)
     extra = {
         "seed": 0,
-        "hardware": hardware,
+        "hardware": " + ".join(machines),
         "device": device,
-        "threads": threads,
+        "threads": threads[0] if len(threads) == 1 else threads,
+        "runs_spread": "one method at a time" + ("" if chosen is None else ", on the executor"),
         "torch": torch.__version__,
         "wall_time_s": round(time.perf_counter() - start, 1),
         "crossover": crossover(rows),

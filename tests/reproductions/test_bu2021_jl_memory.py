@@ -265,3 +265,59 @@ def test_the_probe_key_holds_the_code_fingerprint(monkeypatch: pytest.MonkeyPatc
     assert key["batch_size"] == 4096 and key["noise_multiplier"] == torch_cells.NOISE_MULTIPLIER
     assert key["config"]["cap_mb"] == 8192.0 and key["code"] == "f"
     assert "small_log2" not in key["config"] and "methods" not in key["config"]
+
+
+def test_sweeps_on_an_executor_one_at_a_time_give_the_same_tables(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Each (model, method) bisection is a run of run_many, handed to the executor one at a
+    time (never two measurements at once), with the rows and probes of the run here."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    lock, running, most = threading.Lock(), [0], [0]
+    limits = {"nonprivate": 64, "dpsgd_exact": 16, "dpsgd_jl": 8}
+
+    def fake_run_capped(cell: Cell, lot: int, **options: object) -> dict:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.002)
+        with lock:
+            running[0] -= 1
+        if lot > limits[cell.method] // (2 if "hidden=32," in f"{cell.variant}," else 4):
+            return {"exceeded_cap": True, "peak_rss_mb": None, "step_seconds": None}
+        return {"exceeded_cap": False, "peak_rss_mb": float(lot), "step_seconds": 0.1}
+
+    monkeypatch.setattr(cells, "run_capped", fake_run_capped)
+    monkeypatch.setattr(memory.paper, "default_device", lambda: "cpu")
+    tiny = memory.MemoryConfig(
+        small_log2=(1, 6),
+        wide_log2=(1, 4),
+        wide_hidden=64,
+        methods=(
+            memory.Method("nonprivate"),
+            memory.Method("dpsgd_exact"),
+            memory.Method("dpsgd_jl", 3),
+        ),
+    )
+    monkeypatch.setitem(memory.PROFILES, "quick", tiny)
+    here, there = Output.under(tmp_path / "here"), Output.under(tmp_path / "there")
+    memory.compute("quick", output=here)
+    with ThreadPoolExecutor(3) as pool:
+        memory.compute("quick", output=there, executor=pool)
+    ours, theirs = (out.load_results(memory.STEM) for out in (here, there))
+    assert ours["rows"] == theirs["rows"] and ours["probes"] == theirs["probes"]
+    assert most[0] == 1 and theirs["hardware"] == "CPU, 1 torch thread(s)"
+    lots = {(row["model"], row["method"]): row["largest_lot"] for row in ours["rows"]}
+    assert lots == {
+        ("small", "nonprivate"): 32,
+        ("small", "dpsgd_exact"): 8,
+        ("small", "dpsgd_jl"): 4,
+        ("wide", "nonprivate"): 16,
+        ("wide", "dpsgd_exact"): 4,
+        ("wide", "dpsgd_jl"): 2,
+    }
+    small = {row["method"]: row for row in ours["rows"] if row["model"] == "small"}
+    assert small["dpsgd_exact"]["ratio_to_nonprivate"] == 0.25

@@ -286,3 +286,44 @@ def test_the_cache_key_holds_the_code_fingerprint(monkeypatch: pytest.MonkeyPatc
     )
     assert key["config"]["lot_size"] == 256 and key["config"]["noise_multiplier"] == 1.0
     assert key["config"]["warmup"] == 2 and key["code"] == "f" * 16
+
+
+def test_methods_timed_on_an_executor_one_at_a_time_give_the_same_rows(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Each method is a run of run_many, handed to the executor one at a time (never two
+    timings at once), and its row names the machine that timed it; the full profile's
+    measurements are kept in the output's run store and read back there."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    lock, running, most, calls = threading.Lock(), [0], [0], []
+
+    def fake_run_timing(cell: Cell, **options: object) -> dict:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.01)
+        with lock:
+            running[0] -= 1
+            calls.append(cell)
+        seconds = 0.1 * (1 + (cell.jl_dimension or 0)) + 0.2 * (cell.method == "dp_adam_exact")
+        return {"step_seconds": seconds, "step_seconds_all": [seconds] * 2, "error": None}
+
+    monkeypatch.setattr(speed, "run_timing", fake_run_timing)
+    monkeypatch.setattr(speed, "_imdb_train", lambda: None)
+    monkeypatch.setattr(speed.paper, "default_device", lambda: "cpu")
+    config = dataclasses.replace(speed.PROFILES["full"], jl_dimensions=(1, 5), threads=1)
+    here, there = Output.under(tmp_path / "here"), Output.under(tmp_path / "there")
+    speed.compute(config=config, output=here)
+    with ThreadPoolExecutor(3) as pool:
+        speed.compute(config=config, output=there, executor=pool)
+    ours, theirs = (out.load_results(speed.STEM) for out in (here, there))
+    assert ours["rows"] == theirs["rows"] and len(ours["rows"]) == 4
+    assert most[0] == 1 and len(calls) == 8
+    assert {row["hardware"] for row in theirs["rows"]} == {theirs["hardware"]}
+    assert theirs["runs_spread"] == "one method at a time, on the executor"
+    with ThreadPoolExecutor(3) as pool:  # the full profile's timings are read back
+        speed.compute(config=config, output=there, executor=pool)
+    assert len(calls) == 8 and there.load_results(speed.STEM)["rows"] == theirs["rows"]
