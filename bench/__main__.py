@@ -12,7 +12,9 @@ has no GPU part; ``training_memory`` measures host RSS on CPU; ``tf_training`` r
 (:func:`dpcore.runs.one_at_a_time`): two timings on one machine would contend for its cores, so
 the executor only chooses where each cell is timed, alone, and every row names that machine
 (``hardware``). ``training_memory`` runs its methods' sweeps at once (each lot in its own
-worker under its own memory cap).
+worker under its own memory cap). ``audit_fanout`` (:mod:`bench.audit_fanout`) times one
+per-step audit in process, on one spawned process and on several: the executors are what it
+measures, so ``--executor`` does not apply to it.
 """
 
 from __future__ import annotations
@@ -87,10 +89,19 @@ def _tf_training(
     return tf_training.run(results_dir, quick=quick, executor=executor)
 
 
+def _audit_fanout(results_dir: Path, *, quick: bool, device: str) -> list[dict[str, Any]]:
+    from bench import audit_fanout  # imports torch: only when asked for
+
+    if device != "cpu":
+        raise SystemExit("python -m bench audit_fanout: CPU only (it compares CPU processes)")
+    return audit_fanout.run(results_dir, quick=quick)
+
+
 BENCHMARKS: dict[str, Callable[..., list[dict[str, Any]]]] = {
     "accounting": _accounting,
     "training": _training,
     "training_memory": _training_memory,
+    "audit_fanout": _audit_fanout,
     "distributed": _distributed,
     "tf_training": _tf_training,
 }

@@ -1,0 +1,74 @@
+"""``python -m bench audit_fanout``: wall time of one per-step audit, in process and fanned out.
+
+The per-step white-box audit trains ``2 runs + tiny_runs`` independent runs (each with its own
+seed), so :func:`dpcore.auditing.whitebox_audit` can hand them to any executor of
+:func:`dpcore.runs.run_many`. This benchmark audits dpcore's own torch training
+(:class:`dpcore.auditing.dpcore_torch.DpcoreTorch`) at the default setting with ``runs`` runs
+per world (200 by default, 20 with ``--quick``) three times: in this process, on one spawned
+process and on ``processes:N`` for N = 2 (the machine's cores, at most 4), checks that the
+three give the same rows, and writes ``audit_fanout.json``: wall time of each, the speed-up over
+one spawned process (the same start-up cost) and over the in-process run, with the hardware.
+Run it on an otherwise idle machine: anything else running shares the cores.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+from dpcore.atomic import atomic_write_text
+from dpcore.auditing.audit_settings import PER_STEP_SETTINGS
+from dpcore.auditing.dpcore_torch import DpcoreTorch
+from dpcore.auditing.implementation_whitebox import whitebox_audit
+
+RUNS, QUICK_RUNS = 200, 20
+
+
+def _comparable(rows: list[dict[str, Any]]) -> str:
+    return json.dumps(
+        [{k: v for k, v in r.items() if k != "seconds"} for r in rows], sort_keys=True
+    )
+
+
+def run(results_dir: Path, *, quick: bool = False, runs: int | None = None) -> list[dict[str, Any]]:
+    """Time the audit on each executor; write ``audit_fanout.json``; return the rows."""
+    from dpcore.provenance import provenance
+
+    runs = runs or (QUICK_RUNS if quick else RUNS)
+    settings = dataclasses.replace(PER_STEP_SETTINGS, runs=runs)
+    workers = max(2, min(4, os.cpu_count() or 1))
+    executors: list[str | None] = [None, "processes:1", f"processes:{workers}"]
+    rows: list[dict[str, Any]] = []
+    reference = ""
+    for executor in executors:
+        start = time.perf_counter()
+        audited = whitebox_audit(DpcoreTorch(), settings, seed=0, executor=executor)
+        wall = time.perf_counter() - start
+        comparable = _comparable(audited)
+        reference = reference or comparable
+        rows.append(
+            {
+                "executor": executor or "in process",
+                "trainings": 2 * runs + settings.tiny_runs,
+                "wall_s": wall,
+                "same_rows_as_in_process": comparable == reference,
+                "epsilon_lower": audited[0]["epsilon_lower"],
+            }
+        )
+    for row in rows:
+        row["speedup_vs_one_process"] = rows[1]["wall_s"] / row["wall_s"]
+        row["speedup_vs_in_process"] = rows[0]["wall_s"] / row["wall_s"]
+    record = {
+        "rows": rows,
+        "runs_per_world": runs,
+        "hardware": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, CPU",
+        "provenance": provenance(root=results_dir.parents[1], benchmark="audit_fanout"),
+    }
+    results_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(results_dir / "audit_fanout.json", json.dumps(record, indent=1) + "\n")
+    return rows
