@@ -52,7 +52,7 @@ def tests(session: nox.Session) -> None:
         "reproductions",
         "bench",
         "-m",
-        "not slow and not cuda and not engines",
+        "not slow and not cuda and not engines and not browser",
         "--durations=30",
         *session.posargs,
     )
@@ -93,10 +93,30 @@ def lint(session: nox.Session) -> None:
 def docs(session: nox.Session) -> None:
     """Build the documentation site into site/ (``mkdocs build --strict``: any warning fails).
 
-    The API pages are read from the sources (griffe), so neither torch nor TensorFlow is needed.
+    The API pages are read from the sources (griffe), so TensorFlow is not needed; the tutorials
+    run their code at build time (a failing block fails the build), which needs torch.
     """
-    _install(session, "docs")
+    _install(session, "docs", extras="[torch]")
     session.run("mkdocs", "build", "--strict", *session.posargs, env={"NO_MKDOCS_2_WARNING": "1"})
+
+
+@nox.session
+def docs_browser(session: nox.Session) -> None:
+    """Open the built site in headless Chromium (tests/test_docs_browser.py); screenshots in site/.
+
+    Needs Chromium and chromedriver on the machine (``apt-get install -y chromium
+    chromium-driver``); Selenium is installed here.
+    """
+    _install(session, "docs", extras="[torch]")
+    session.install("selenium>=4.20", "pytest>=8")
+    session.run(
+        "pytest",
+        "tests/test_docs_browser.py",
+        "-m",
+        "browser",
+        *session.posargs,
+        env={"NO_MKDOCS_2_WARNING": "1", "DPCORE_DOCS_SCREENSHOTS": "site"},
+    )
 
 
 @nox.session

@@ -1,8 +1,9 @@
 """The documentation site builds with ``mkdocs build --strict`` and holds what it promises.
 
-The site is built once (into a temporary folder); the checks read the built HTML: the home page,
-every public name of every API page (the ``__all__`` of each module a page documents, read from
-the sources), the results pages against the committed files they include, and every internal
+The site is built once (into a temporary folder, the tutorials' code executed); the checks read
+the built HTML: the home page, every public name of every API page (the ``__all__`` of each
+module a page documents, read from the sources), the tutorials' executed output, the README
+sections and the results pages against the committed files they include, and every internal
 link and anchor. The docs group must be installed (``nox -s tests`` installs it): without it
 these tests fail, they do not skip.
 """
@@ -37,7 +38,17 @@ REFERENCE_PAGES = (
     "runs",
     "data",
 )
-DOCS_MODULES = ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python", "griffe")
+DOCS_MODULES = (
+    "mkdocs",
+    "material",
+    "mkdocstrings",
+    "mkdocstrings_handlers.python",
+    "griffe",
+    "markdown_exec",
+)
+TUTORIALS = DOCS / "tutorials"
+#: The opening line of a block that markdown-exec runs at build time.
+EXECUTED = re.compile(r'^```python exec="on"', re.MULTILINE)
 DIRECTIVE = re.compile(r"^::: ([\w.]+)\s*$", re.MULTILINE)
 
 
@@ -274,3 +285,135 @@ def test_griffe_extension_renames_examples_links_roles_and_adds_unpacked_names()
     assert extension.add_unpacked_exports(text_module) == ["PAD", "OOV"]
     assert text_module["PAD"].value == "0"
     assert extension.add_unpacked_exports(text_module) == []
+
+
+def _nav_paths() -> list[str]:
+    """Every page path in mkdocs.yml's nav."""
+    import yaml
+
+    def walk(node: object) -> list[str]:
+        if isinstance(node, str):
+            return [node]
+        if isinstance(node, list):
+            return [path for item in node for path in walk(item)]
+        if isinstance(node, dict):
+            return [path for value in node.values() for path in walk(value)]
+        return []
+
+    return walk(yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"])
+
+
+def test_every_tutorial_is_in_the_nav_and_every_block_ran(site: Path) -> None:
+    tutorials = sorted(TUTORIALS.glob("*.md"))
+    assert tutorials
+    nav = _nav_paths()
+    for source in tutorials:
+        assert f"tutorials/{source.name}" in nav, source.name
+        blocks = len(EXECUTED.findall(source.read_text()))
+        assert blocks > 0, f"{source.name} runs no code"
+        html = page(site, f"tutorials/{source.stem}")
+        # markdown-exec puts each block's output in a div of class "result"
+        assert html.count('class="result"') == blocks, source.name
+        assert "Traceback" not in text(html), source.name
+
+
+def test_accounting_tutorial_shows_this_builds_numbers(site: Path) -> None:
+    from dpcore.accountants import ACCOUNTANT_NAMES, PldAccountant
+    from dpcore.events import dpsgd_event
+
+    shown = text(page(site, "tutorials/accounting"))
+    event = dpsgd_event(sampling_probability=0.01, noise_multiplier=4.0, steps=10_000)
+    interval = PldAccountant().compose(event).get_epsilon_interval(1e-5)
+    assert f"pld: epsilon in [{interval.lower:.4f}, {interval.upper:.4f}]" in shown
+    for name in ACCOUNTANT_NAMES:
+        assert f"{name}: epsilon" in shown, name
+
+
+def _readme_section(name: str) -> str:
+    readme = (ROOT / "README.md").read_text()
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    return readme[readme.index(start) + len(start) : readme.index(end)]
+
+
+def _squeezed(words: str) -> str:
+    """Text without code and emphasis marks or whitespace (``text`` spaces out inline tags)."""
+    return re.sub(r"[`*\s]", "", words)
+
+
+def test_limits_page_shows_the_readmes_limits_section(site: Path) -> None:
+    assert "limits.md" in _nav_paths()
+    shown = _squeezed(text(page(site, "limits")))
+    section = _readme_section("limits")
+    paragraphs = [p for p in section.strip().split("\n\n") if not p.lstrip().startswith("|")]
+    assert len(paragraphs) > 2
+    last_item = section.strip().split("\n- ")[-1]  # the section ends with a list
+    for paragraph in (paragraphs[0], last_item):
+        assert _squeezed(paragraph) in shown, paragraph[:80]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line]
+    first = rows[1].strip("|").split("|")  # rows[0] is the header
+    assert _squeezed("".join(first)) in shown
+
+
+def test_samplers_tutorial_shows_the_readmes_sampler_table(site: Path) -> None:
+    shown = text(page(site, "tutorials/samplers"))
+    rows = [
+        line
+        for line in _readme_section("sampler-table").splitlines()
+        if line.startswith("| ") and "---" not in line
+    ]
+    assert len(rows) > 2
+    for row in (rows[1], rows[-1]):
+        assert " ".join(cell.strip() for cell in row.strip("|").split("|")) in shown, row
+
+
+def test_readme_sections_hook_includes_the_marked_text_and_refuses_bad_markers() -> None:
+    sections = _load("readme_sections")
+    from mkdocs.exceptions import PluginError
+
+    readme = "intro\n<!-- part:start -->\nthe **part**\n<!-- part:end -->\nrest\n"
+    page_text = "# Page\n\n<!-- readme: part -->\n\nafter\n"
+    assert sections.include_sections(page_text, readme) == "# Page\n\nthe **part**\n\nafter\n"
+    assert sections.include_sections("no request\n", readme) == "no request\n"
+    for broken in (
+        "no markers",
+        readme + "<!-- part:start -->",
+        "<!-- part:end -->\n<!-- part:start -->",
+        "<!-- part:start -->\n \n<!-- part:end -->",
+    ):
+        with pytest.raises(PluginError):
+            sections.include_sections(page_text, broken)
+
+
+def test_figures_page_shows_committed_figures_as_committed(site: Path) -> None:
+    committed = set(_load("figure_files").committed_figures())
+    built = site / "results" / "figures" / "index.html"
+    images = re.findall(r'<img [^>]*src="([^"]+)"', page(site, "results/figures"))
+    assert images
+    for target in images:
+        shown = (built.parent / target).resolve()
+        relative = shown.relative_to(site.resolve()).as_posix()
+        assert relative in committed, relative
+        assert shown.read_bytes() == (ROOT / relative).read_bytes(), relative
+
+
+def test_a_failing_tutorial_block_fails_the_build(tmp_path: Path) -> None:
+    _require_docs_group()
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "index.md").write_text(
+        '# Broken\n\n```python exec="on"\nraise ValueError("this block fails")\n```\n'
+    )
+    (tmp_path / "mkdocs.yml").write_text(
+        "site_name: broken\nplugins:\n  - markdown-exec\nmarkdown_extensions:\n"
+        "  - pymdownx.superfences\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "out")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        timeout=120,
+    )
+    assert completed.returncode != 0
+    assert "exited with errors" in completed.stderr, completed.stderr[-2000:]
