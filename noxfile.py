@@ -108,7 +108,8 @@ def docs_browser(session: nox.Session) -> None:
     chromium-driver``); Selenium is installed here.
     """
     _install(session, "docs", extras="[torch]")
-    session.install("selenium>=4.20", "pytest>=8")
+    # hypothesis: the repository's conftest.py imports it
+    session.install("selenium>=4.20", "pytest>=8", "hypothesis>=6.100")
     session.run(
         "pytest",
         "tests/test_docs_browser.py",
