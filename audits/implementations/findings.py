@@ -91,7 +91,7 @@ def planted(rows: Sequence[dict[str, Any]]) -> str:
             others = [f for f in _flags(group) if not f.startswith(f"`{test['audit']}`")]
             also = f"; also {', '.join(others)}" if others else ""
             lines.append(
-                f"  - {bug}: {mark} by `{test['audit']}` (p = {test['p_value']:.2g}; "
+                f"  - {bug}: {mark} by `{test['audit']}` ({_p(test['p_value'])}; "
                 f"{test['flagged_seeds']} of {test['seeds']} seeds below 0.05){also}"
             )
         else:

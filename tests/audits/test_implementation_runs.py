@@ -180,3 +180,16 @@ def test_the_command_line_refuses_a_bad_executor(capsys: pytest.CaptureFixture[s
     with pytest.raises(SystemExit):
         audits_main(["--only", "implementations", "--executor", "threads"])
     assert "--executor" in capsys.readouterr().err
+
+
+def test_the_false_alarm_module_it_writes_does_not_invalidate_the_store() -> None:
+    from audits.results_io import ROOT
+
+    sources = {path.relative_to(ROOT).as_posix() for path in seed_runs._sources()}
+    assert "dpcore/auditing/false_alarms.py" not in sources
+    assert {
+        "dpcore/auditing/implementation_whitebox.py",
+        "audits/implementations/plain_torch.py",
+        "audits/implementations/false_alarms.py",
+        "dpcore/torch/private.py",
+    } <= sources
