@@ -25,8 +25,10 @@ from dpcore.atomic import atomic_write_text
 from dpcore.auditing.audit_settings import PER_STEP_SETTINGS
 from dpcore.auditing.dpcore_torch import DpcoreTorch
 from dpcore.auditing.implementation_whitebox import whitebox_audit
+from dpcore.runs.markers import write_between_markers
 
 RUNS, QUICK_RUNS = 200, 20
+MARKERS = ("<!-- audit-fanout:start -->", "<!-- audit-fanout:end -->")
 
 
 def _comparable(rows: list[dict[str, Any]]) -> str:
@@ -71,4 +73,21 @@ def run(results_dir: Path, *, quick: bool = False, runs: int | None = None) -> l
     }
     results_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(results_dir / "audit_fanout.json", json.dumps(record, indent=1) + "\n")
+    readme = results_dir.parents[1] / "README.md"
+    if readme.is_file() and MARKERS[0] in readme.read_text():
+        write_between_markers(readme, *MARKERS, markdown(record))
     return rows
+
+
+def markdown(record: dict[str, Any]) -> str:
+    """The README's sentence on the saved measurement."""
+    local, one, many = record["rows"]
+    return (
+        f"One per-step audit of dpcore's torch training with {record['runs_per_world']} runs "
+        f"per world ({local['trainings']} trainings): {local['wall_s']:.0f} s in process, "
+        f"{one['wall_s']:.0f} s on one spawned process, {many['wall_s']:.0f} s on "
+        f"`{many['executor']}` ({many['speedup_vs_one_process']:.2f} times as fast as one process, "
+        f"{many['wall_s'] / one['wall_s']:.2f} of its wall time), the same rows "
+        f"on each ({record['hardware']}, commit {record['provenance']['commit'][:7]}; "
+        "`bench/results/audit_fanout.json`)."
+    )

@@ -19,3 +19,13 @@ def test_the_audit_gives_the_same_rows_on_every_executor(tmp_path: Path) -> None
     record = json.loads((results / "audit_fanout.json").read_text())
     assert record["runs_per_world"] == 2 and len(record["rows"]) == 3
     assert "cores" in record["hardware"]
+
+
+def test_the_readme_states_the_committed_measurement() -> None:
+    root = Path(__file__).resolve().parents[2]
+    record = json.loads((root / "bench" / "results" / "audit_fanout.json").read_text())
+    start, end = audit_fanout.MARKERS
+    readme = (root / "README.md").read_text()
+    assert f"{start}\n{audit_fanout.markdown(record)}\n{end}" in readme
+    assert all(row["same_rows_as_in_process"] for row in record["rows"])
+    assert record["runs_per_world"] == audit_fanout.RUNS
