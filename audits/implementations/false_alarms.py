@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import pprint
 from typing import Any
 
 from scipy import stats
@@ -124,8 +123,17 @@ def write_module(summary: dict[str, Any]) -> None:
         "call,\nmeasured on correct implementations (written by ``python -m "
         "audits.implementations.false_alarms``;\nnot typed by hand). ``MEASURED`` is None until "
         'it has been measured."""\n\nfrom __future__ import annotations\n\nfrom typing import '
-        f"Any\n\nMEASURED: dict[str, Any] | None = {pprint.pformat(measured, width=90)}\n",
+        f"Any\n\nMEASURED: dict[str, Any] | None = {_literal(measured)}\n",
     )
+
+
+def _literal(measured: dict[str, Any]) -> str:
+    """The dict as formatted Python (one key per line, sorted, trailing commas: ruff's style)."""
+    lines = [
+        f"    {json.dumps(key)}: {'None' if value is None else json.dumps(value)},"
+        for key, value in sorted(measured.items())
+    ]
+    return "{\n" + "\n".join(lines) + "\n}"
 
 
 def main() -> None:

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-MEASURED: dict[str, Any] | None = {'commit': 'c28cd651ad450be9703db90d5e315336dbcf39fd-dirty',
- 'flagged_runs': 8,
- 'interval_95': [0.017424808994480595, 0.07729196822601608],
- 'level': 0.05,
- 'rate': 0.04,
- 'runs': 200}
+MEASURED: dict[str, Any] | None = {
+    "commit": "c28cd651ad450be9703db90d5e315336dbcf39fd-dirty",
+    "flagged_runs": 8,
+    "interval_95": [0.017424808994480595, 0.07729196822601608],
+    "level": 0.05,
+    "rate": 0.04,
+    "runs": 200,
+}
