@@ -58,6 +58,7 @@ from dpcore.torch.noise import SeededGaussianNoise
 from dpcore.torch.optimizers import DPOptimizer
 from dpcore.torch.per_example.base import PerExampleEngine
 from dpcore.torch.per_example.fast import FastEngine
+from dpcore.torch.seeding import torch_seeded
 
 #: the code that determines a run's result (its fingerprint keys the run store)
 SOURCES = (
@@ -418,31 +419,6 @@ def single_thread() -> Iterator[None]:
             _SingleThread.inside -= 1
             if _SingleThread.inside == 0:
                 torch.set_num_threads(_SingleThread.threads)
-
-
-#: held while one run seeds torch's global generator and draws from it (see torch_seeded)
-_GLOBAL_GENERATOR = threading.Lock()
-
-
-@contextlib.contextmanager
-def torch_seeded(seed: int) -> Iterator[None]:
-    """Seed torch's global generator for a block that no other thread enters meanwhile.
-
-    A model's initial weights are drawn from the global generator; runs fanned out on the
-    threads of one process (a thread pool, Dask's threads) build their models at the same
-    moment, and only one at a time may seed and draw, or a run's weights would depend on the
-    others. Keep the block short (the model's construction).
-
-    Example:
-        >>> with torch_seeded(3):
-        ...     first = torch.rand(2)
-        >>> with torch_seeded(3):
-        ...     bool(torch.equal(first, torch.rand(2)))
-        True
-    """
-    with _GLOBAL_GENERATOR:
-        torch.manual_seed(seed)
-        yield
 
 
 def write_report() -> None:

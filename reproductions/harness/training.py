@@ -11,7 +11,6 @@ next commit and says so (``done`` is False, the rows say how far it got).
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from torch import nn
 
 from dpcore.atomic import atomic_path
 from dpcore.errors import InvalidParameterError
+from dpcore.torch.seeding import torch_seeded
 from reproductions.harness.store import RunState
 
 __all__ = [
@@ -127,30 +127,6 @@ def cpu_settings(threads: int | None, *, flush_denormal: bool = False) -> Iterat
         torch.set_num_threads(previous)
         if flush_denormal:
             torch.set_flush_denormal(False)
-
-
-#: Held while torch's global generator is seeded and drawn from (:func:`torch_seeded`).
-_GLOBAL_GENERATOR = threading.Lock()
-
-
-@contextlib.contextmanager
-def torch_seeded(seed: int) -> Iterator[None]:
-    """Seed torch's global generator for a block that no other thread enters meanwhile.
-
-    A model's initial weights are drawn from the global generator; runs fanned out on threads of
-    one process (a thread pool, Dask's threads) build their models at the same moment, and only
-    one at a time may seed and draw, or a run's weights would depend on the others.
-
-    Example:
-        >>> with torch_seeded(3):
-        ...     first = torch.rand(2)
-        >>> with torch_seeded(3):
-        ...     bool(torch.equal(first, torch.rand(2)))
-        True
-    """
-    with _GLOBAL_GENERATOR:
-        torch.manual_seed(seed)
-        yield
 
 
 class NonPrivateTrainer:

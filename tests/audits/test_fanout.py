@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -268,31 +267,6 @@ def test_unknown_units_are_refused() -> None:
             execute(training)
     with pytest.raises(InvalidParameterError):
         dpsgd_jl.execute(training)  # type: ignore[arg-type]
-
-
-def test_torch_seeded_keeps_other_threads_out_of_a_seeded_block() -> None:
-    """A second thread seeding meanwhile must wait: the first block draws what it seeded."""
-    with dpsgd_whitebox.torch_seeded(1):
-        expected = torch.rand(3)
-    entered, drawn = threading.Event(), []
-
-    def first() -> None:
-        with dpsgd_whitebox.torch_seeded(1):
-            entered.set()
-            time.sleep(0.3)  # the other thread tries to seed now
-            drawn.append(torch.rand(3))
-
-    def second() -> None:
-        entered.wait()
-        with dpsgd_whitebox.torch_seeded(2):
-            torch.rand(3)
-
-    threads = [threading.Thread(target=first), threading.Thread(target=second)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert torch.equal(drawn[0], expected)
 
 
 def test_single_thread_restores_the_setting_after_overlapping_blocks() -> None:
