@@ -11,8 +11,8 @@ import dataclasses
 
 from dpcore.accountants.report import epsilon_report
 from dpcore.events import dpsgd_event
-from dpcore.runs import RunStore, run_many
-from reproductions.harness import Executor, Output, fanning_out, spread
+from dpcore.runs import run_many
+from reproductions.harness import Executor, Output, fanned_store, fanning_out, spread
 
 STEM = "abadi2016_fig2_epsilon_vs_epochs"
 
@@ -84,9 +84,7 @@ def compute(
     """
     fanned = fanning_out(executor)
     output = output or Output()
-    store = None
-    if fanned is not None:
-        store = RunStore(output.store(STEM), code=output.code(*CODE_MODULES))
+    store = fanned_store(fanned, output, STEM, *CODE_MODULES)
     runs = [EpochsRun(config, epochs) for epochs in config.epochs]
     rows = run_many(epochs_row, runs, executor=fanned, store=store)
     output.save_results(STEM, config=config, rows=rows, extra={"runs_spread": spread(fanned)})

@@ -36,13 +36,13 @@ from dpcore.accountants.pld import PldAccountant
 from dpcore.accountants.rdp import OrderGridEdgeWarning
 from dpcore.errors import InvalidParameterError
 from dpcore.events import DpEvent, dpsgd_event
-from dpcore.runs import RunStore, run_many
+from dpcore.runs import run_many
 from dpcore.runs.markers import write_between_markers
 from dpcore.tradeoff import GaussianTradeoff
 from reproductions.bu2019_gdp import tradeoff_curves
 from reproductions.bu2019_gdp.settings import SETTINGS, Setting
 from reproductions.common import finite_or_none, profile_config
-from reproductions.harness import Executor, Output, fanning_out, spread
+from reproductions.harness import Executor, Output, fanned_store, fanning_out, spread
 
 STEM = "bu2019_privacy"
 README = Path(__file__).with_name("README.md")
@@ -297,9 +297,7 @@ def compute(
     config = profile_config(PROFILES, profile, config)
     fanned = fanning_out(executor)
     output = output or Output()
-    store = None
-    if fanned is not None:
-        store = RunStore(output.store(STEM), code=output.code(*CODE_MODULES))
+    store = fanned_store(fanned, output, STEM, *CODE_MODULES)
     start = time.perf_counter()
     runs = [SettingRun(setting, config.pld_relative_tolerance) for setting in catalogue]
     rows = run_many(setting_run, runs, executor=fanned, store=store)

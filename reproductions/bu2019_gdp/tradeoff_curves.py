@@ -19,14 +19,14 @@ from dpcore.accountants.gdp_clt import GdpCltAccountant
 from dpcore.accountants.pld import PldAccountant
 from dpcore.accountants.rdp import OrderGridEdgeWarning, RdpAccountant
 from dpcore.events import dpsgd_event
-from dpcore.runs import RunStore, run_many
+from dpcore.runs import run_many
 from dpcore.tradeoff import (
     GaussianTradeoff,
     PiecewiseLinearTradeoff,
     from_epsilon_delta_curve,
     minimum_hull,
 )
-from reproductions.harness import Executor, Output, fanning_out, spread
+from reproductions.harness import Executor, Output, fanned_store, fanning_out, spread
 
 STEM = "bu2019_tradeoff_curves"
 
@@ -166,9 +166,7 @@ def compute(
     """
     fanned = fanning_out(executor)
     output = output or Output()
-    store = None
-    if fanned is not None:
-        store = RunStore(output.store(STEM), code=output.code(*CODE_MODULES))
+    store = fanned_store(fanned, output, STEM, *CODE_MODULES)
     runs = [CurveRun(setting, config.alphas, config.grid_spacing) for setting in config.settings]
     curves = run_many(curve_run, runs, executor=fanned, store=store)
     rows = [row for curve in curves for row in curve["rows"]]

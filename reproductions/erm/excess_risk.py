@@ -21,11 +21,11 @@ from dpcore.erm.objective import minimise, regularised_risk
 from dpcore.erm.objective_perturbation import objective_perturbation
 from dpcore.erm.objective_perturbation_gaussian import objective_perturbation_gaussian
 from dpcore.erm.output_perturbation import output_perturbation
-from dpcore.runs import RunStore, run_many
+from dpcore.runs import run_many
 from reproductions.common import profile_config
 from reproductions.erm.data import LOADERS
 from reproductions.erm.dpsgd import dpsgd_logistic
-from reproductions.harness import Executor, Output, fanning_out, spread
+from reproductions.harness import Executor, Output, fanned_store, fanning_out, spread
 
 STEM = "erm_excess_risk"
 LOSS = LogisticLoss()
@@ -261,9 +261,7 @@ def compute(
     config = profile_config(PROFILES, profile, config)
     fanned = fanning_out(executor)
     output = output or Output()
-    store = None
-    if fanned is not None:
-        store = RunStore(output.store(STEM), code=output.code(*CODE_MODULES))
+    store = fanned_store(fanned, output, STEM, *CODE_MODULES)
     runs = [SeedRun(config, name, seed) for name in config.datasets for seed in config.seeds]
     released = run_many(seed_rows, runs, executor=fanned, store=store)
     by_run = dict(zip(runs, released, strict=True))

@@ -16,9 +16,9 @@ import numpy as np
 
 from dpcore.auditing.statistics import epsilon_lower_bound, threshold_sweep_lower_bound
 from dpcore.erm.median import naive_median_release, smooth_median_release
-from dpcore.runs import RunStore, run_many
+from dpcore.runs import run_many
 from reproductions.common import profile_config
-from reproductions.harness import Executor, Output, fanning_out, spread
+from reproductions.harness import Executor, Output, fanned_store, fanning_out, spread
 
 STEM = "erm_median_audit"
 
@@ -131,9 +131,7 @@ def compute(
     config = profile_config(PROFILES, profile, config)
     fanned = fanning_out(executor)
     output = output or Output()
-    store = None
-    if fanned is not None:
-        store = RunStore(output.store(STEM), code=output.code(*CODE_MODULES))
+    store = fanned_store(fanned, output, STEM, *CODE_MODULES)
     (rows,) = run_many(audit_rows, [config], executor=fanned, store=store, progress=False)
     output.save_results(STEM, config=config, rows=rows, extra={"runs_spread": spread(fanned)})
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from reproductions.harness.fanout import Executor, fanning_out, spread
+from reproductions.harness.fanout import Executor, fanned_store, fanning_out, spread
 from reproductions.harness.output import ROOT, Output
 from reproductions.harness.store import RunState, TrainingSpec
 
@@ -55,6 +55,7 @@ __all__ = [
     "cpu_settings",
     "evaluate",
     "expected_rating",
+    "fanned_store",
     "fanning_out",
     "hardware_label",
     "run_training",

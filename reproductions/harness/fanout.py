@@ -11,9 +11,10 @@ anything runs) and :func:`spread` describes it for the saved results.
 from __future__ import annotations
 
 from dpcore.errors import InvalidParameterError
-from dpcore.runs import ExecutorChoice, SupportsSubmit, parse_executor
+from dpcore.runs import ExecutorChoice, RunStore, SupportsSubmit, parse_executor
+from reproductions.harness.output import Output
 
-__all__ = ["Executor", "fanning_out", "spread"]
+__all__ = ["Executor", "fanned_store", "fanning_out", "spread"]
 
 #: What a reproduction's ``executor`` parameter accepts.
 Executor = str | ExecutorChoice | SupportsSubmit | None
@@ -44,6 +45,16 @@ def fanning_out(executor: Executor) -> ExecutorChoice | SupportsSubmit | None:
             "executor", "None, a string or an object with submit()", executor
         )
     return executor
+
+
+def fanned_store(
+    fanned: ExecutorChoice | SupportsSubmit | None, output: Output, stem: str, *modules: str
+) -> RunStore | None:
+    """The run store of a fanned-out reproduction (``<runs>/<stem>``, keyed by the code of
+    ``modules``), or None when its runs train here, one after another, unstored."""
+    if fanned is None:
+        return None
+    return RunStore(output.store(stem), code=output.code(*modules))
 
 
 def spread(executor: Executor) -> str:
