@@ -26,10 +26,10 @@ from typing import Any
 import torch
 from torch import nn
 from torch.nn import functional
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from dpcore.torch.errors import IncompatibleModelError
 from dpcore.torch.layers import native_rnn_kernel
+from dpcore.torch.switches import switched
 
 __all__ = ["decomposed_lstm_forward", "forward_mode_friendly"]
 
@@ -103,19 +103,35 @@ def decomposed_lstm_forward(
     return output, (h_n, c_n)
 
 
+#: the scaled-dot-product-attention backends that have a switch in this torch
+_SDPA_BACKENDS = tuple(
+    name
+    for name in ("cudnn", "flash", "mem_efficient", "math", "overrideable")
+    if hasattr(torch._C, f"_get_{name}_sdp_enabled") and hasattr(torch._C, f"_set_sdp_use_{name}")
+)
+
+
 @contextlib.contextmanager
 def _attention_in_elementary_ops() -> Iterator[None]:
     """Attention without fused kernels while open: neither ``nn.MultiheadAttention``'s inference
     fast path nor the flash/memory-efficient ``scaled_dot_product_attention`` kernels have a
     forward-mode rule; the math kernel is made of differentiable ops.
     """
-    previous = torch.backends.mha.get_fastpath_enabled()
-    torch.backends.mha.set_fastpath_enabled(False)
-    try:
-        with sdpa_kernel(SDPBackend.MATH):
-            yield
-    finally:
-        torch.backends.mha.set_fastpath_enabled(previous)
+    mha = torch.backends.mha
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(
+            switched("mha.fastpath", mha.get_fastpath_enabled, mha.set_fastpath_enabled, False)
+        )
+        for backend in _SDPA_BACKENDS:  # what sdpa_kernel(SDPBackend.MATH) sets
+            stack.enter_context(
+                switched(
+                    f"sdp.{backend}",
+                    getattr(torch._C, f"_get_{backend}_sdp_enabled"),
+                    getattr(torch._C, f"_set_sdp_use_{backend}"),
+                    backend == "math",
+                )
+            )
+        yield
 
 
 @contextlib.contextmanager

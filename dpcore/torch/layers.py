@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from dpcore.errors import InvalidParameterError
+from dpcore.torch.switches import switched
 from dpcore.validation import check_count
 
 __all__ = ["DPLSTM", "IdentityInputLSTM"]
@@ -47,12 +48,8 @@ def native_rnn_kernel() -> Iterator[None]:
     kernel also has forward-mode derivatives (:mod:`dpcore.torch.forward_mode`). Toggled through
     the private switch because the public ``flags()`` context also resets TF32 settings (and warns).
     """
-    enabled = torch._C._get_mkldnn_enabled()
-    torch._C._set_mkldnn_enabled(False)
-    try:
+    with switched("mkldnn", torch._C._get_mkldnn_enabled, torch._C._set_mkldnn_enabled, False):
         yield
-    finally:
-        torch._C._set_mkldnn_enabled(enabled)
 
 
 class IdentityInputLSTM(nn.LSTM):

@@ -69,6 +69,7 @@ from dpcore.torch.per_example.trial import (
     mismatch,
     tolerance,
 )
+from dpcore.torch.switches import switched
 
 __all__ = ["HANDLERS", "FastEngine", "fast_path_supports", "handler_for", "register_handler"]
 
@@ -150,24 +151,34 @@ def _ieee_float32() -> Iterator[None]:
 
     cuDNN convolutions default to TF32 on Ampere and newer GPUs (10-bit mantissa): autograd's
     reference gradient of a large lot then drifts beyond the check's tolerance from our exact
-    float32 sums (seen on an H100 at lot 262,144), which would refuse a correct model.
+    float32 sums (seen on an H100 at lot 262,144), which would refuse a correct model. Held
+    through :func:`~dpcore.torch.switches.switched`, so overlapping blocks on threads restore
+    the user's setting.
     """
     backends = [
-        backend
-        for backend in (
-            getattr(torch.backends.cudnn, "conv", None),
-            getattr(torch.backends.cuda, "matmul", None),
+        (name, backend)
+        for name, backend in (
+            ("cudnn.conv", getattr(torch.backends.cudnn, "conv", None)),
+            ("cuda.matmul", getattr(torch.backends.cuda, "matmul", None)),
         )
         if backend is not None and hasattr(backend, "fp32_precision")
     ]
-    previous = [backend.fp32_precision for backend in backends]
-    for backend in backends:
-        backend.fp32_precision = "ieee"
-    try:
+    with contextlib.ExitStack() as stack:
+        for name, backend in backends:
+            stack.enter_context(_precision_switch(name, backend))
         yield
-    finally:
-        for backend, value in zip(backends, previous, strict=True):
-            backend.fp32_precision = value
+
+
+def _precision_switch(name: str, backend: Any) -> contextlib.AbstractContextManager[None]:
+    """``backend.fp32_precision`` held at "ieee" (:func:`~dpcore.torch.switches.switched`)."""
+
+    def get() -> Any:
+        return backend.fp32_precision
+
+    def set_(value: Any) -> None:
+        backend.fp32_precision = value
+
+    return switched(f"{name}.fp32_precision", get, set_, "ieee")
 
 
 def _versions(call: LayerCall) -> tuple[int, ...]:
