@@ -54,10 +54,22 @@ def test_torchrun_example_runs_as_pasted(tmp_path: Path) -> None:
     block = re.search(r"<!-- example: torchrun -->\n```bash\n(.*?)```", README.read_text(), re.S)
     assert block is not None
     script = re.search(r"<<'EOF'\n(.*?)\nEOF\n", block.group(1), re.S)
-    assert script is not None and "torchrun --nproc-per-node 2 ddp_example.py" in block.group(1)
+    assert (
+        script is not None
+        and "torchrun --standalone --nproc-per-node 2 ddp_example.py" in block.group(1)
+    )
     (tmp_path / "ddp_example.py").write_text(script.group(1) + "\n")
     completed = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "ddp_example.py"],
+        # --standalone: a free port for the rendezvous, not the fixed 29500 another job may hold
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "ddp_example.py",
+        ],
         cwd=tmp_path,
         capture_output=True,
         text=True,
