@@ -71,10 +71,9 @@ def _load(name: str) -> ModuleType:
     return module
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def build_site(out: Path) -> Path:
+    """``mkdocs build --strict`` into ``out`` (the build must succeed); return ``out``."""
     _require_docs_group()
-    out = tmp_path_factory.mktemp("site")
     completed = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
         cwd=ROOT,
@@ -86,6 +85,11 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     assert completed.returncode == 0, completed.stderr[-4000:]
     return out
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_site(tmp_path_factory.mktemp("site"))
 
 
 def page(site: Path, path: str) -> str:

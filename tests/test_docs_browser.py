@@ -18,14 +18,14 @@ import http.server
 import importlib.util
 import os
 import shutil
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.test_docs import build_site
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Where screenshots go when set (``nox -s docs_browser`` sets ``site``); else the test's tmp dir.
@@ -60,18 +60,7 @@ def _browser_tools() -> tuple[str, str]:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("site")
-    completed = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
-        timeout=300,
-    )
-    assert completed.returncode == 0, completed.stderr[-4000:]
-    return out
+    return build_site(tmp_path_factory.mktemp("site"))
 
 
 @pytest.fixture(scope="module")
