@@ -43,12 +43,15 @@ from reproductions.harness import (
     run_training,
     torch_seeded,
 )
+from reproductions.harness.device import default_device
 
 PROJECTIONS = ("dp_pca", "random", "none")
 #: Training inputs, training labels, test inputs, test labels (flattened pixels in [0, 1]).
 Data = tuple[np.ndarray, torch.Tensor, np.ndarray, torch.Tensor]
 #: The released projection of a run, in its folder of the run store.
 PROJECTION_FILE = "projection.npy"
+#: Training examples of MNIST (the fan-out orders its runs by their steps before loading data).
+MNIST_TRAIN_SIZE = 60_000
 #: Training accuracy is measured on this many of the first training examples.
 TRAIN_EVAL = 10_000
 
@@ -386,6 +389,9 @@ def train_private(
 ) -> tuple[RunState, dict[str, Any] | None]:
     """Projection + DP-SGD for ``spec.steps`` steps; returns the run's state and its statement.
 
+    Trains on :func:`~reproductions.harness.device.default_device` (``$DPCORE_DEVICE``, else CUDA
+    when torch sees a GPU); the projection is computed on the CPU in float64 either way.
+
     Rows (``run``, ``step``, ``epoch``, test and train accuracy, the moments accountant's
     epsilon of the training alone and with the projection, ``wall_s``) come every
     ``config.eval_every`` epochs and at the end. With ``store`` (a run-store folder) the run
@@ -397,9 +403,16 @@ def train_private(
     q = config.lot_size / len(x_train)
     state = RunState.open(store, private_spec(config, spec, len(x_train)), fingerprint or code())
     directions, state = released_projection(config, spec, x_train, state)
-    inputs, test_inputs = project(x_train, directions), project(x_test, directions)
+    device = torch.device(default_device())
+    if device.type == "cuda":  # float32 products, not TF32: the clipping bound must hold exactly
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    inputs = project(x_train, directions).to(device)
+    test_inputs = project(x_test, directions).to(device)
+    y_train, y_test = y_train.to(device), y_test.to(device)
     with torch_seeded(spec.seed):
-        model = make_model(config, inputs.shape[1])
+        model = make_model(config, inputs.shape[1])  # the same initial weights on every device
+    model = model.to(device)
     trainer = DPTrainer.dp_sgd(
         model,
         lr=config.lr_start,

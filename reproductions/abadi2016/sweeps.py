@@ -51,7 +51,8 @@ from reproductions.abadi2016.mnist_core import (
     train_private,
 )
 from reproductions.common import profile_config
-from reproductions.harness import Output, RunState, hardware_label
+from reproductions.harness import Output, RunState, hardware_label, spread
+from reproductions.harness.device import default_device
 
 STEM = "abadi2016_sweeps"
 README = Path(__file__).with_name("README.md")
@@ -248,10 +249,17 @@ def fan_out(
 ) -> list[dict[str, Any]]:
     """Train every distinct model of ``config`` through ``executor`` into ``store``."""
     jobs: dict[str, PointJob] = {}
+    steps: dict[str, int] = {}
     for axis, value in points(config):
-        name = run_name(point_config(config, axis, value))
+        point = point_config(config, axis, value)
+        name = run_name(point)
         jobs.setdefault(name, PointJob(config, axis, value, str(store), fingerprint, deadline))
-    results: list[dict[str, Any]] = run_many(train_point, list(jobs.values()), executor=executor)
+        steps.setdefault(name, run_steps(config, point, mnist_core.MNIST_TRAIN_SIZE))
+    # Longest first: the runs of 100k+ steps (small lots) start at once, not behind the others.
+    order = sorted(jobs, key=lambda name: -steps[name])
+    results: list[dict[str, Any]] = run_many(
+        train_point, [jobs[name] for name in order], executor=executor
+    )
     return results
 
 
@@ -352,7 +360,7 @@ def compute(
     atomic_write_text(statements, text)
     extra = {
         "seed": config.seed,
-        "hardware": hardware_label("cpu"),
+        "hardware": f"{hardware_label(default_device())}, {spread(executor)}",
         "torch": torch.__version__,
         **output.provenance_of_runs(*CODE_MODULES),
         "wall_time_s": round(time.perf_counter() - start, 1),

@@ -7,12 +7,12 @@ the paper's text are marked *assumption* here and in the README.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dpcore.errors import InvalidParameterError
 from dpcore.runs.markers import write_between_markers
+from reproductions.harness.device import DEVICE_VARIABLE as DEVICE_VARIABLE
+from reproductions.harness.device import default_device as default_device
 
 if TYPE_CHECKING:
     # Not imported at run time: the TF Privacy baseline imports this module without torch.
@@ -53,25 +53,6 @@ PAPER_SECONDS_PER_EPOCH: dict[str, float] = {
     "jl_10": 243.0,
     "jl_30": 675.0,
 }
-
-#: Environment variable that picks the torch device of the timing and memory runs.
-DEVICE_VARIABLE = "DPCORE_DEVICE"
-
-
-def default_device() -> str:
-    """``$DPCORE_DEVICE`` if set (``cpu`` or ``cuda``), else ``cuda`` when torch sees a GPU.
-
-    Raises:
-        InvalidParameterError: ``$DPCORE_DEVICE`` is neither ``cpu`` nor ``cuda``.
-    """
-    chosen = os.environ.get(DEVICE_VARIABLE, "").strip().lower()
-    if chosen:
-        if chosen not in ("cpu", "cuda"):
-            raise InvalidParameterError(DEVICE_VARIABLE, "'cpu' or 'cuda'", chosen)
-        return chosen
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def lots_per_epoch(dataset_size: int = IMDB_TRAIN_SIZE, lot: int = IMDB_LOT) -> float:

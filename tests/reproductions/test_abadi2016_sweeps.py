@@ -215,6 +215,28 @@ def test_fanned_out_models_give_the_in_process_rows(
     assert calls == []
 
 
+class _Recorder:
+    """An executor that records what it is given and trains nothing."""
+
+    def __init__(self) -> None:
+        self.jobs: list[sweeps.PointJob] = []
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any) -> Future:
+        self.jobs.extend(args)
+        future: Future = Future()
+        future.set_result({"run": "-", "done": False})
+        return future
+
+
+def test_the_longest_runs_are_submitted_first(tmp_path: Path) -> None:
+    config = dataclasses.replace(TINY, lot_sizes=(20, 40, 10), pca_dims=(), hidden_units=())
+    recorder = _Recorder()
+    sweeps.fan_out(config, recorder, store=tmp_path, fingerprint="f")
+    axes = [(job.axis, job.value) for job in recorder.jobs]
+    # lot 20 and the random projection (at the reference lot, 20) take equal steps: kept in order
+    assert axes == [("lot", 10), ("lot", 20), ("random", 4), ("lot", 40)]
+
+
 def test_a_bad_executor_is_refused_before_anything_runs(tmp_path: Path) -> None:
     with pytest.raises(InvalidParameterError, match="executor"):
         sweeps.compute(config=TINY, output=Output.under(tmp_path), executor="threads:2")
