@@ -12,6 +12,7 @@ from dpcore.torch.errors import (
     EngineFallbackWarning,
     ExamplesInteractError,
     IncompatibleModelError,
+    NoExactEngineError,
 )
 from dpcore.torch.noise import NoiseSource
 from dpcore.torch.per_example.base import (
@@ -37,8 +38,11 @@ class AutoEngine(PerExampleEngine):
     dimension of the model, :mod:`dpcore.torch.per_example.trial`), so it does not depend on the
     lot size: a model accepted here trains at every lot size, empty lots included. When the
     fast path refuses the model, an :class:`~dpcore.torch.errors.EngineFallbackWarning` names the
-    parameter that forced the vmap engine. A model that no engine accepts (its examples interact)
-    raises :class:`~dpcore.torch.errors.IncompatibleModelError`.
+    parameter that forced the vmap engine. A model whose examples interact raises
+    :class:`~dpcore.torch.errors.ExamplesInteractError`; a model that both exact engines refuse
+    (the fast path cannot attribute a parameter, and vmap cannot run the model, e.g. a Hugging
+    Face text model whose attention-mask utilities branch on the data) raises one
+    :class:`~dpcore.torch.errors.NoExactEngineError` listing each engine's reason.
 
     Not prepared explicitly, it prepares on its first non-empty lot (with that lot's examples).
     """
@@ -61,8 +65,14 @@ class AutoEngine(PerExampleEngine):
             vmap = VmapEngine(
                 self.model, max_grad_norm=self.max_grad_norm, nonfinite=self.nonfinite
             )
-            vmap.prepare(inputs, targets, loss_fn)
             names = getattr(error, "parameters", None)
+            try:
+                vmap.prepare(inputs, targets, loss_fn)
+            except ExamplesInteractError:
+                raise
+            except IncompatibleModelError as refused:
+                reasons = {"fast": str(error), "vmap": str(refused)}
+                raise NoExactEngineError(reasons, names) from refused
             culprit = f"parameter {names[0]!r}" if names else "this model"
             warnings.warn(
                 f"engine='auto' trains this model with the vmap engine (exact, slower): the fast "

@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 from torch import nn
 
+from dpcore.torch.batches import Batch, batch_size, call_model, take
+
 
 def loop_gradients(
-    model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: nn.Module
+    model: nn.Module, inputs: Batch, targets: Batch, loss_fn: Callable[[Any, Any], torch.Tensor]
 ) -> list[list[torch.Tensor]]:
-    """For each example alone: the gradient of its loss w.r.t. every trainable parameter."""
+    """For each example alone: the gradient of its loss w.r.t. every trainable parameter.
+
+    ``inputs`` may be a tensor, or a tuple/list/dict of batch-first tensors (the model is called
+    as :func:`dpcore.torch.batches.call_model` calls it).
+    """
     params = [p for p in model.parameters() if p.requires_grad]
     out = []
-    for i in range(inputs.shape[0]):
-        loss = loss_fn(model(inputs[i : i + 1]), targets[i : i + 1]).sum()
+    for i in range(batch_size(inputs)):
+        one = slice(i, i + 1)
+        loss = loss_fn(call_model(model, take(inputs, one)), take(targets, one)).sum()
         grads = torch.autograd.grad(loss, params, allow_unused=True)
         out.append(
             [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads, strict=True)]

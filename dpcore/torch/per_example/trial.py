@@ -308,6 +308,12 @@ def compare_with_loop(
     total = float(norms.square().sum())
     factors = torch.clamp(bound / norms.clamp_min(1e-300), max=1.0)
     sums = weighted_sum(factors.to(dtype).to(parameters[0].device))
+    instead = (
+        "The vmap engine computes each example's gradient as a lot of one, so the model's "
+        "forward differs between a lot and one example."
+        if engine.name == "vmap"
+        else "Use VmapEngine (exact, any module) instead."
+    )
     for j, (name, parameter) in enumerate(engine.named_parameters):
         rows = torch.stack([row[j] for row in loop])
         squared = squared_norms.get(name)
@@ -322,7 +328,7 @@ def compare_with_loop(
             raise mismatch(
                 f"On a trial lot of {batch_size(inputs)}, the {engine.name} engine's per-example "
                 f"gradients of parameter {name!r} differ from a one-example-at-a-time autograd "
-                "loop (the parameter is reached in a way this engine cannot attribute to "
-                "examples). Use VmapEngine (exact, any module) instead.",
+                f"loop (the parameter is reached in a way this engine cannot attribute to "
+                f"examples). {instead}",
                 [name],
             )

@@ -19,6 +19,7 @@ from torch import nn
 from torch.func import grad, vmap
 from torch.utils._pytree import tree_map
 
+from dpcore.errors import DPCoreError
 from dpcore.torch.batches import Batch, model_arguments, tensors
 from dpcore.torch.errors import IncompatibleModelError
 from dpcore.torch.per_example.base import (
@@ -33,7 +34,7 @@ from dpcore.torch.per_example.stateless import functional_call_restoring
 from dpcore.torch.per_example.trial import compare_with_loop, eval_mode
 from dpcore.validation import check_count
 
-__all__ = ["VmapEngine", "per_example_gradients"]
+__all__ = ["VmapEngine", "per_example_gradients", "vmap_refusal"]
 
 
 def check_vmappable(model: nn.Module, device: torch.device) -> None:
@@ -61,7 +62,30 @@ def _as_lot_of_one(leaf: Any) -> Any:
 
 
 def _first_detached(leaf: Any) -> Any:
-    return leaf.detach()[0] if isinstance(leaf, torch.Tensor) else leaf
+    """A tensor output's only row, detached; ``None`` for any other leaf.
+
+    vmap returns tensors only: a model output's non-tensor leaves (a Hugging Face causal LM's
+    cache object, a count) are dropped from the outputs the engine returns. The loss function
+    still receives the model's outputs as they are.
+    """
+    return leaf.detach()[0] if isinstance(leaf, torch.Tensor) else None
+
+
+def vmap_refusal(error: RuntimeError) -> IncompatibleModelError:
+    """The typed refusal for a model that ``torch.func.vmap`` cannot run.
+
+    Args:
+        error: what vmap raised (data-dependent control flow such as an attention-mask check,
+            ``.item()``, an operation without a batching rule, an output that is not a tensor).
+    """
+    lines = str(error).strip().splitlines() or [type(error).__name__]
+    reason = lines[0] if len(lines[0]) <= 300 else lines[0][:297] + "..."
+    return IncompatibleModelError(
+        f"VmapEngine cannot run this model under torch.func.vmap ({reason}); vmap needs every "
+        "operation of one example's forward to run batched, without data-dependent Python "
+        "control flow or .item(). Use the fast engine (engine='fast'), with the layers it "
+        "handles, or the JL engine."
+    )
 
 
 def per_example_gradients(
@@ -76,7 +100,11 @@ def per_example_gradients(
 
     Returns:
         ``(gradients, losses, outputs)``: gradients maps each trainable parameter's name to a
-        ``(batch, *shape)`` tensor; losses is ``(batch,)``; outputs are the model outputs.
+        ``(batch, *shape)`` tensor; losses is ``(batch,)``; outputs are the model outputs, their
+        non-tensor leaves (cache objects) replaced by ``None``.
+
+    Raises:
+        IncompatibleModelError: vmap cannot run the model (:func:`vmap_refusal`).
     """
     trainable = {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
     frozen = {n: p.detach() for n, p in model.named_parameters() if not p.requires_grad}
@@ -100,7 +128,12 @@ def per_example_gradients(
         # PyTorch warns when an op (e.g. CPU flash attention) has no batching rule and vmap
         # falls back to a loop: slower, still exact. Not the user's problem to fix.
         warnings.filterwarnings("ignore", message="There is a performance drop because")
-        gradients, (losses, outputs) = batched(trainable, inputs, targets)
+        try:
+            gradients, (losses, outputs) = batched(trainable, inputs, targets)
+        except DPCoreError:
+            raise  # the project's own refusals (a loss of the wrong shape) keep their type
+        except RuntimeError as error:
+            raise vmap_refusal(error) from error
     return gradients, losses, outputs
 
 
@@ -142,21 +175,21 @@ class VmapEngine(PerExampleEngine):
     def _check_trial(self, inputs: Batch, targets: Batch, loss_fn: LossFunction) -> None:
         """Per-example gradients equal the loop's (vmap runs each example as a lot of one)."""
         check_vmappable(self.model, tensors(inputs)[0].device)
-        with eval_mode(self.model):
+        with eval_mode(self.model):  # the loop too: dropout would draw differently in each
             gradients, _, _ = per_example_gradients(
                 self.model, inputs, targets, loss_fn, chunk_size=self.chunk_size
             )
-        compare_with_loop(
-            self,
-            inputs,
-            targets,
-            loss_fn,
-            {name: rows.flatten(1).square().sum(1) for name, rows in gradients.items()},
-            lambda factors: {
-                name: torch.tensordot(factors.to(rows.dtype), rows, dims=1)
-                for name, rows in gradients.items()
-            },
-        )
+            compare_with_loop(
+                self,
+                inputs,
+                targets,
+                loss_fn,
+                {name: rows.flatten(1).square().sum(1) for name, rows in gradients.items()},
+                lambda factors: {
+                    name: torch.tensordot(factors.to(rows.dtype), rows, dims=1)
+                    for name, rows in gradients.items()
+                },
+            )
 
     def _clipped_sum(self, inputs: Batch, targets: Batch, loss_fn: LossFunction) -> ClippedBatch:
         check_vmappable(self.model, tensors(inputs)[0].device)
