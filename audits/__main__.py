@@ -1,10 +1,13 @@
-"""``python -m audits [--only NAME ...] [--executor E]``: run the audits, save results, write the
-report.
+"""``python -m audits [--only NAME ...] [--executor E] [--profile quick|full]``: run the audits,
+save results, write the report.
 
 ``--executor`` (:func:`dpcore.runs.run_many`'s choices: ``local``, ``processes:N``,
 ``dask[:ADDRESS]``, ``ray[:ADDRESS]``, ``slurm``) fans each audit's runs out; the result files
 are the same as in this process (every run has its own seed). Finished runs are kept in the
 audits' run stores (``audits/results/runs/``), so an interrupted audit resumes.
+
+``--profile`` (``quick``, the default, or ``full``) sizes the audits that have profiles (the
+multi-run black-box membership audit); the others ignore it.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from audits import (
+    blackbox,
     clt_check,
     dpsgd_jl,
     dpsgd_positions,
@@ -43,6 +47,7 @@ AUDITS: dict[str, tuple[Callable[..., Any], Callable[[], None]]] = {
     "sampler_audit": (sampler_audit.run, sampler_audit.write_report),
     "one_run": (one_run.run, one_run.write_report),
     "membership": (membership.run, membership.write_report),
+    "blackbox": (blackbox.run, blackbox.write_report),
     "implementations": (implementations.run, implementations.write_report),
 }
 
@@ -55,6 +60,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="where runs go: local, processes:N, dask[:ADDRESS], ray[:ADDRESS], slurm",
     )
+    parser.add_argument(
+        "--profile",
+        choices=("quick", "full"),
+        default="quick",
+        help="size of the audits that have profiles (quick: minutes on 2 cores)",
+    )
     args = parser.parse_args(argv)
     if args.executor is not None:
         try:
@@ -65,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         run, write_report = AUDITS[name]
         options: dict[str, Any] = {}
+        if "profile" in inspect.signature(run).parameters:
+            options["profile"] = args.profile
         if args.executor is not None:
             if "executor" in inspect.signature(run).parameters:
                 options["executor"] = args.executor

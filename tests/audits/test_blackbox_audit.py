@@ -1,0 +1,86 @@
+"""The black-box audit end to end on a tiny setting: runs, store, rows, report, soundness."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from audits import results_io
+from audits.blackbox import audit, data, report, training
+from audits.blackbox.profiles import Profile
+from audits.blackbox.settings import BlackBoxRun, BlackBoxSetting
+from dpcore.errors import InvalidParameterError
+from dpcore.runs import RunStore
+
+TINY = BlackBoxSetting(
+    name="tiny",
+    subset_size=40,
+    pretrain_size=200,
+    pretrain_steps=20,
+    steps=4,
+    lr=1.0,
+)
+
+
+def test_data_subset_pretraining_and_target_are_disjoint_and_fixed() -> None:
+    x, y = data.subset(TINY)
+    px, _ = data.pretraining_records(TINY)
+    assert x.shape == (40, 784) and y.shape == (40,) and px.shape == (200, 784)
+    assert not {row.tobytes() for row in x} & {row.tobytes() for row in px}
+    np.testing.assert_array_equal(data.subset(TINY)[0], x)
+    blank, label = data.target(TINY)
+    assert blank.shape == (1, 784) and not blank.any() and label.tolist() == [0]
+    image, wrong = data.target(dataclasses.replace(TINY, target="mislabelled", target_label=3))
+    assert image.any() and wrong.tolist() == [3]
+    with pytest.raises(InvalidParameterError):
+        data.pretraining_records(dataclasses.replace(TINY, init="random"))
+    with pytest.raises(InvalidParameterError):
+        data.subset(dataclasses.replace(TINY, subset_size=60_000))
+
+
+def test_runs_are_reproducible_and_worlds_differ() -> None:
+    run = BlackBoxRun(TINY, 10.0, "in", 3)
+    first, again = training.execute(run), training.execute(run)
+    assert first["loss"] == again["loss"] and first["logit_margin"] == again["logit_margin"]
+    other = training.execute(dataclasses.replace(run, world="out"))
+    assert other["loss"] != first["loss"]
+    assert first["noise_multiplier"] > 0 and first["seconds"] > 0
+
+
+def test_tiny_audit_end_to_end_resumes_from_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(results_io, "RESULTS", tmp_path)
+    plan = Profile("tiny", ((TINY, 10),), epsilons=(10.0,))
+    rows = audit.run(chosen=plan, progress=False)
+    (row,) = rows
+    assert row["runs"] == 20 and row["runs_per_world"] == 10
+    assert 0 <= row["epsilon_lower"] <= row["certified_epsilon"] <= 10.0
+    assert row["ratio"] == pytest.approx(row["epsilon_lower"] / 10.0)
+    assert row["decision"]["tests"] == 6
+    store = audit.store()
+    assert all(store.has(spec) for spec in audit.runs_of(TINY, 10.0, 10))
+    assert audit.run(chosen=plan, progress=False)[0]["epsilon_lower"] == row["epsilon_lower"]
+    saved = json.loads((tmp_path / "blackbox.json").read_text())
+    assert saved[0]["epsilon_lower"] == row["epsilon_lower"]
+    report.write_report()
+    text = (tmp_path / "blackbox.md").read_text()
+    assert "| tiny | 10 |" in text and "Annamalai" in text
+
+
+def test_soundness_over_seeds_on_a_cheap_setting(tmp_path: Path) -> None:
+    """20 seeds (subset, initial parameters and runs), worst-case init, blank target, full
+    batch, eps = 1 with 16 runs per world: exceedances of the certified epsilon stay within
+    the binomial 99.9 % tail of 20 trials at the 5 % level."""
+    store = RunStore(tmp_path, code="soundness")
+    over = 0
+    for seed in range(20):
+        setting = dataclasses.replace(TINY, seed=seed, steps=2)
+        row = audit.audit_setting(setting, 1.0, 16, run_store=store, progress=False)
+        over += row["epsilon_lower"] > row["certified_epsilon"]
+    assert over <= stats.binom.ppf(0.999, 20, 0.05)
