@@ -54,9 +54,9 @@ PROFILES = {
             (_variant("random init, blank target, full batch", init="random"), 200),
             (
                 _variant(
-                    "worst-case init, blank target, q = 0.1",
+                    "worst-case init, blank target, q = 0.1, 100 steps",
                     sampling_probability=0.1,
-                    steps=500,
+                    steps=100,
                     lr=0.1,
                 ),
                 200,
