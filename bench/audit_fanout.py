@@ -29,6 +29,9 @@ from dpcore.runs.markers import write_between_markers
 
 RUNS, QUICK_RUNS = 200, 20
 MARKERS = ("<!-- audit-fanout:start -->", "<!-- audit-fanout:end -->")
+#: the pages that state the measurement between the markers, relative to the repository root:
+#: the front page (the README) and the guide's Benchmarks page
+PAGES = ("README.md", "docs/guide/benchmarks.md")
 
 
 def _comparable(rows: list[dict[str, Any]]) -> str:
@@ -73,14 +76,25 @@ def run(results_dir: Path, *, quick: bool = False, runs: int | None = None) -> l
     }
     results_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(results_dir / "audit_fanout.json", json.dumps(record, indent=1) + "\n")
-    readme = results_dir.parents[1] / "README.md"
-    if readme.is_file() and MARKERS[0] in readme.read_text():
-        write_between_markers(readme, *MARKERS, markdown(record))
+    write_pages(results_dir.parents[1], record)
     return rows
 
 
+def write_pages(root: Path, record: dict[str, Any]) -> None:
+    """State ``record`` between the markers of each of :data:`PAGES` under ``root`` that has them.
+
+    Args:
+        root: the repository root (a page or marker missing under it is left alone).
+        record: the measurement, as saved in ``audit_fanout.json``.
+    """
+    for page in PAGES:
+        path = root / page
+        if path.is_file() and MARKERS[0] in path.read_text():
+            write_between_markers(path, *MARKERS, markdown(record))
+
+
 def markdown(record: dict[str, Any]) -> str:
-    """The README's sentence on the saved measurement."""
+    """The sentence on the saved measurement (the README's and the Benchmarks page's)."""
     local, one, many = record["rows"]
     return (
         f"One per-step audit of dpcore's torch training with {record['runs_per_world']} runs "

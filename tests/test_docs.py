@@ -2,8 +2,9 @@
 
 The site is built once (into a temporary folder, the tutorials' code executed); the checks read
 the built HTML: the home page, every public name of every API page (the ``__all__`` of each
-module a page documents, read from the sources), the tutorials' executed output, the README
-sections and the results pages against the committed files they include, and every internal
+module a page documents, read from the sources), the tutorials' executed output, the guide
+pages and the results pages against the committed files they include or the sections written
+into them, and every internal
 link and anchor. The docs group must be installed (``nox -s tests`` installs it): without it
 these tests fail, they do not skip.
 """
@@ -333,10 +334,11 @@ def test_accounting_tutorial_shows_this_builds_numbers(site: Path) -> None:
         assert f"{name}: epsilon" in shown, name
 
 
-def _readme_section(name: str) -> str:
-    readme = (ROOT / "README.md").read_text()
+def _section(source: Path, name: str) -> str:
+    """The text of ``source`` between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->``."""
+    written = source.read_text()
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
-    return readme[readme.index(start) + len(start) : readme.index(end)]
+    return written[written.index(start) + len(start) : written.index(end)]
 
 
 def _squeezed(words: str) -> str:
@@ -344,10 +346,10 @@ def _squeezed(words: str) -> str:
     return re.sub(r"[`*\s]", "", words)
 
 
-def test_limits_page_shows_the_readmes_limits_section(site: Path) -> None:
+def test_limits_page_shows_its_text_and_the_limits_table(site: Path) -> None:
     assert "limits.md" in _nav_paths()
     shown = _squeezed(text(page(site, "limits")))
-    section = _readme_section("limits")
+    section = (DOCS / "limits.md").read_text().split("\n\n", 2)[2]  # after the title and intro
     paragraphs = [p for p in section.strip().split("\n\n") if not p.lstrip().startswith("|")]
     assert len(paragraphs) > 2
     last_item = section.strip().split("\n- ")[-1]  # the section ends with a list
@@ -358,34 +360,31 @@ def test_limits_page_shows_the_readmes_limits_section(site: Path) -> None:
     assert _squeezed("".join(first)) in shown
 
 
-def test_samplers_tutorial_shows_the_readmes_sampler_table(site: Path) -> None:
-    shown = text(page(site, "tutorials/samplers"))
+def test_guide_pages_are_in_the_nav() -> None:
+    nav = _nav_paths()
+    pages = sorted(path.name for path in (DOCS / "guide").glob("*.md"))
+    assert len(pages) > 10
+    assert [name for name in pages if f"guide/{name}" not in nav] == []
+
+
+@pytest.mark.parametrize(
+    ("source", "name"),
+    [
+        ("guide/samplers", "sampler-table"),
+        ("guide/audits", "implementation-audits"),
+        ("guide/audits", "planted-bug-audits"),
+    ],
+)
+def test_guide_page_shows_the_table_written_into_it(site: Path, source: str, name: str) -> None:
+    shown = text(page(site, source))
     rows = [
         line
-        for line in _readme_section("sampler-table").splitlines()
+        for line in _section(DOCS / f"{source}.md", name).splitlines()
         if line.startswith("| ") and "---" not in line
     ]
     assert len(rows) > 2
     for row in (rows[1], rows[-1]):
         assert " ".join(cell.strip() for cell in row.strip("|").split("|")) in shown, row
-
-
-def test_readme_sections_hook_includes_the_marked_text_and_refuses_bad_markers() -> None:
-    sections = _load("readme_sections")
-    from mkdocs.exceptions import PluginError
-
-    readme = "intro\n<!-- part:start -->\nthe **part**\n<!-- part:end -->\nrest\n"
-    page_text = "# Page\n\n<!-- readme: part -->\n\nafter\n"
-    assert sections.include_sections(page_text, readme) == "# Page\n\nthe **part**\n\nafter\n"
-    assert sections.include_sections("no request\n", readme) == "no request\n"
-    for broken in (
-        "no markers",
-        readme + "<!-- part:start -->",
-        "<!-- part:end -->\n<!-- part:start -->",
-        "<!-- part:start -->\n \n<!-- part:end -->",
-    ):
-        with pytest.raises(PluginError):
-            sections.include_sections(page_text, broken)
 
 
 def test_figures_page_shows_committed_figures_as_committed(site: Path) -> None:

@@ -1,9 +1,10 @@
-"""The README's findings of the implementation audits, written from the saved results.
+"""The findings of the implementation audits, written from the saved results.
 
 Every number in the block between ``<!-- implementation-findings:start -->`` and its end marker
-comes from ``audits/results/implementations*.json``: the setting (from the saved config), what
-each correct implementation was flagged for, which test flagged each planted bug in how many
-seeds, the tightness record and the default call's false-alarm rate.
+(on the guide's Audits page) comes from ``audits/results/implementations*.json``: the setting
+(from the saved config), what each correct implementation was flagged for, which test flagged
+each planted bug in how many seeds, the tightness record and the default call's false-alarm
+rate. The project README's front page quotes their headline (``<!-- audit-headline:start -->``).
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ from audits.implementations.plain_torch import TEST_FOR_BUG
 from audits.results_io import RESULTS, ROOT
 from dpcore.runs.markers import write_between_markers
 
-README = ROOT / "README.md"
+README = ROOT / "docs" / "guide" / "audits.md"  # the page that holds the findings
 MARKERS = ("<!-- implementation-findings:start -->", "<!-- implementation-findings:end -->")
+#: the front page, and the markers of the headline it quotes
+FRONT_PAGE = ROOT / "README.md"
+HEADLINE_MARKERS = ("<!-- audit-headline:start -->", "<!-- audit-headline:end -->")
 PLANTED_PREFIX = "hand-written torch loop ("
 
 
@@ -35,6 +39,15 @@ def _by_implementation(rows: Sequence[dict[str, Any]]) -> dict[str, list[dict[st
 
 def _p(value: float) -> str:
     return "p < 1e-300" if value == 0 else f"p = {value:.2g}"
+
+
+def _flagging(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The audits that flag, by name (rows not applicable left out)."""
+    return [
+        f"`{row['audit']}`"
+        for row in rows
+        if row["verdict"] != "consistent" and "not_applicable" not in row
+    ]
 
 
 def _flags(rows: Sequence[dict[str, Any]]) -> list[str]:
@@ -122,6 +135,40 @@ def tightness(record: dict[str, Any]) -> str:
     )
 
 
+def _seeds(groups: Sequence[Sequence[dict[str, Any]]]) -> str:
+    counts = sorted({max(int(row.get("seeds", 0)) for row in group) for group in groups})
+    return f"{counts[0]} seeds each" if len(counts) == 1 else f"{counts[0]}–{counts[-1]} seeds"  # noqa: RUF001
+
+
+def headline() -> str:
+    """The implementation audits in two sentences, for the front page (the project README).
+
+    Which library implementations no audit flags and which ones are flagged by which audits, and
+    how many of the planted bugs their own test flags.
+    """
+    libraries = _by_implementation(_load("implementations")["rows"])
+    clean = {name: group for name, group in libraries.items() if not _flagging(group)}
+    flagged = [
+        f"{name} by {', '.join(_flagging(group))}"
+        for name, group in libraries.items()
+        if _flagging(group)
+    ]
+    bugs = {
+        name[len(PLANTED_PREFIX) : -1]: {row["audit"]: row for row in group}
+        for name, group in _by_implementation(_load("implementations_planted")["rows"]).items()
+        if name.startswith(PLANTED_PREFIX)
+    }
+    tested = [by_audit[TEST_FOR_BUG[bug]] for bug, by_audit in bugs.items() if bug in TEST_FOR_BUG]
+    caught = [row for row in tested if row["verdict"] != "consistent"]
+    said = f"No flag for {', '.join(clean)} over {_seeds(list(clean.values()))}"
+    if flagged:
+        said += f"; flagged: {'; '.join(flagged)}"
+    return (
+        f"{said}. {len(caught)} of {len(TEST_FOR_BUG)} bugs planted in a hand-written loop "
+        f"flagged by their own test ({_seeds([[row] for row in tested])})."
+    )
+
+
 def markdown() -> str:
     """The findings block from the saved results."""
     table = _load("implementations")
@@ -139,5 +186,6 @@ def markdown() -> str:
 
 
 def write_report() -> None:
-    """Write the findings block into the README."""
+    """Write the findings block into the Audits page and their headline into the README."""
     write_between_markers(README, *MARKERS, markdown())
+    write_between_markers(FRONT_PAGE, *HEADLINE_MARKERS, headline())

@@ -1,12 +1,13 @@
-"""The implementation audits: every adapter x every audit, over seeds; results and README table.
+"""The implementation audits: every adapter x every audit, over seeds; results and their tables.
 
 ``python -m audits --only implementations`` (part of ``nox -s audit``) writes
 ``audits/results/implementations.json`` (``{"rows": [...]}``, one row per library
 implementation and audit, seeds summarised), ``implementations_planted.json`` (the same for the
 hand-written loop and its planted bugs), ``implementations_seeds.json`` (every seed's row) and
-the README tables between their markers. Each (implementation, seed) is one run of
-:mod:`audits.implementations.seed_runs`, kept in the audits' run store as it finishes, so a
-killed run resumes where it stopped, and ``--executor`` fans the runs out.
+the tables between their markers on the guide's Audits page (``docs/guide/audits.md``). Each
+(implementation, seed) is one run of :mod:`audits.implementations.seed_runs`, kept in the
+audits' run store as it finishes, so a killed run resumes where it stopped, and ``--executor``
+fans the runs out.
 
 Implementations: dpcore (Poisson lots), Opacus 1.6 with Poisson sampling and with its loader's
 shuffled batches, TF Privacy 0.9 (``model.fit``; skipped, and said so, where its environment is
@@ -43,7 +44,7 @@ from dpcore.auditing.verdicts import summarise
 from dpcore.provenance import provenance
 from dpcore.runs.markers import write_between_markers
 
-README = ROOT / "README.md"
+README = ROOT / "docs" / "guide" / "audits.md"  # the page that holds the tables
 MARKERS = ("<!-- implementation-audits:start -->", "<!-- implementation-audits:end -->")
 PLANTED_MARKERS = ("<!-- planted-bug-audits:start -->", "<!-- planted-bug-audits:end -->")
 #: the libraries' rows (``implementations.json``) start with these; the hand-written loop and

@@ -184,7 +184,7 @@ def audit_implementation(
             choice, or an implementation that does not pickle for a named executor.
         EngineMissingError: the named engine is not installed.
 
-    Example: see the README section "Audit your own DP-SGD".
+    Example: see "Audit your own DP-SGD" in the guide's Audits page (``docs/guide/audits.md``).
     """
     check_count("seeds", seeds, minimum=1)
     check_count("seed_offset", seed_offset)

@@ -1,4 +1,4 @@
-"""Compute the sampler table (``figures/sampler_table.json``) and write it into the README.
+"""Compute the sampler table (``figures/sampler_table.json``) and write it into its page.
 
 Per setting of :mod:`reproductions.samplers.settings`, at delta = 1e-5:
 
@@ -9,7 +9,8 @@ Per setting of :mod:`reproductions.samplers.settings`, at delta = 1e-5:
 * balls in bins over N // B steps per epoch: the RDP accountant's certified upper bound on
   :class:`~dpcore.events.RandomAllocationEvent` epochs.
 
-The README table is rendered from the saved JSON only.
+The table on the guide's Samplers page (``docs/guide/samplers.md``) is rendered from the saved
+JSON only.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from reproductions.samplers.settings import DELTA, SETTINGS, Setting
 
 STEM = "sampler_table"
 ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
+README = ROOT / "docs" / "guide" / "samplers.md"  # the page that holds the table
 MARKERS = ("<!-- sampler-table:start -->", "<!-- sampler-table:end -->")
 
 

@@ -21,11 +21,11 @@ def test_the_audit_gives_the_same_rows_on_every_executor(tmp_path: Path) -> None
     assert "cores" in record["hardware"]
 
 
-def test_the_readme_states_the_committed_measurement() -> None:
+def test_the_readme_and_the_benchmarks_page_state_the_committed_measurement() -> None:
     root = Path(__file__).resolve().parents[2]
     record = json.loads((root / "bench" / "results" / "audit_fanout.json").read_text())
     start, end = audit_fanout.MARKERS
-    readme = (root / "README.md").read_text()
-    assert f"{start}\n{audit_fanout.markdown(record)}\n{end}" in readme
+    for page in audit_fanout.PAGES:
+        assert f"{start}\n{audit_fanout.markdown(record)}\n{end}" in (root / page).read_text()
     assert all(row["same_rows_as_in_process"] for row in record["rows"])
     assert record["runs_per_world"] == audit_fanout.RUNS
