@@ -66,6 +66,11 @@ def test_the_examples_are_found_where_expected() -> None:
     assert markers == len(EXAMPLES)  # no marker without its block right under it
 
 
+def test_the_training_page_shows_the_readmes_training_example_as_run() -> None:
+    _, _, code = EXAMPLES["training"]
+    assert f"```python\n{code}```" in (GUIDE / "training.md").read_text(encoding="utf-8")
+
+
 @pytest.mark.parametrize("name", PYTHON_EXAMPLES)
 def test_example_runs_as_pasted(name: str, tmp_path: Path) -> None:
     page, _, code = EXAMPLES[name]
