@@ -84,3 +84,48 @@ def test_soundness_over_seeds_on_a_cheap_setting(tmp_path: Path) -> None:
         row = audit.audit_setting(setting, 1.0, 16, run_store=store, progress=False)
         over += row["epsilon_lower"] > row["certified_epsilon"]
     assert over <= stats.binom.ppf(0.999, 20, 0.05)
+
+
+def test_power_under_noised_training_is_caught(tmp_path: Path) -> None:
+    """The same cheap setting trained with the noise of eps = 40 while eps = 1 is claimed
+    (a planted calibration bug): the bound exceeds the claim in at least 4 of 5 seeds."""
+    store = RunStore(tmp_path, code="power")
+    caught = 0
+    for seed in range(5):
+        setting = dataclasses.replace(TINY, seed=seed, steps=2)
+        row = audit.audit_setting(setting, 40.0, 16, run_store=store, progress=False)
+        caught += row["epsilon_lower"] > 1.0
+    assert caught >= 4
+
+
+def _without_timing(row: dict[str, object]) -> dict[str, object]:
+    return {k: v for k, v in row.items() if k not in ("run_seconds", "wall_seconds")}
+
+
+def test_spawned_processes_give_the_same_row(tmp_path: Path) -> None:
+    local = audit.audit_setting(
+        TINY, 4.0, 8, run_store=RunStore(tmp_path / "local", code="x"), progress=False
+    )
+    spawned_store = RunStore(tmp_path / "spawned", code="x")
+    spawned = audit.audit_setting(
+        TINY, 4.0, 8, executor="processes:2", run_store=spawned_store, progress=False
+    )
+    assert _without_timing(spawned) == _without_timing(local)
+    assert all(spawned_store.has(spec) for spec in audit.runs_of(TINY, 4.0, 8))
+
+
+def test_the_command_line_runs_the_chosen_profile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from audits.__main__ import main
+    from audits.blackbox import profiles
+
+    monkeypatch.setattr(results_io, "RESULTS", tmp_path)
+    tiny = Profile("quick", ((TINY, 8),), epsilons=(4.0,))
+    monkeypatch.setitem(profiles.PROFILES, "quick", tiny)
+    assert main(["--only", "blackbox", "--profile", "quick"]) == 0
+    (row,) = json.loads((tmp_path / "blackbox.json").read_text())
+    assert row["profile"] == "quick" and row["epsilon"] == 4.0
+    assert "| tiny | 4 |" in (tmp_path / "blackbox.md").read_text()
+    with pytest.raises(SystemExit):
+        main(["--only", "blackbox", "--profile", "huge"])
