@@ -55,8 +55,10 @@ class AutoEngine(PerExampleEngine):
         self.name = "auto"  # the chosen engine's name once chosen
 
     def prepare(self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction) -> None:
-        fast = FastEngine(self.model, max_grad_norm=self.max_grad_norm, nonfinite=self.nonfinite)
-        try:
+        try:  # a handled layer's configuration (a sparse embedding) is refused at construction
+            fast = FastEngine(
+                self.model, max_grad_norm=self.max_grad_norm, nonfinite=self.nonfinite
+            )
             fast.prepare(inputs, targets, loss_fn)
             chosen: PerExampleEngine = fast
         except ExamplesInteractError:

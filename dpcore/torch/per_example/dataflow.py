@@ -33,7 +33,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
-__all__ = ["ADDITIVE", "CONCATENATE", "MULTIPLICATIVE", "BatchDataflow", "Meeting"]
+__all__ = ["ADDITIVE", "CONCATENATE", "MULTIPLICATIVE", "BatchDataflow", "Meeting", "OperationCall"]
 
 T = torch.Tensor
 ADDITIVE = {
@@ -104,6 +104,37 @@ class Meeting:
         return str(getattr(self.func, "__qualname__", None) or getattr(self.func, "__name__", "op"))
 
 
+@dataclasses.dataclass(frozen=True)
+class OperationCall:
+    """One torch operation, inside a layer's batched call, that took a trainable parameter as an
+    operand (``F.linear(x, weight, bias)``, ``torch.addmm(bias, x, weight)``, ...).
+
+    Attributes:
+        func: the torch function called.
+        args, kwargs: its arguments, as called.
+        result: what it returned.
+    """
+
+    func: Any
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    result: Any
+
+    @property
+    def name(self) -> str:
+        return str(getattr(self.func, "__qualname__", None) or getattr(self.func, "__name__", "op"))
+
+    def argument(self, position: int, name: str, default: Any = None) -> Any:
+        """The argument at ``position`` (or passed as ``name``), else ``default``."""
+        if len(self.args) > position:
+            return self.args[position]
+        return self.kwargs.get(name, default)
+
+    def operands(self) -> list[torch.Tensor]:
+        """The tensors among its arguments."""
+        return _tensors((self.args, self.kwargs))
+
+
 class _Registry:
     """Tensors by identity, without keeping them alive (ids of freed tensors are reused)."""
 
@@ -137,7 +168,10 @@ class BatchDataflow(TorchFunctionMode):
 
     While open (``with BatchDataflow(...):``), every torch operation is classified; modules
     with a fast-path handler bracket their batched calls with :meth:`enter_layer` /
-    :meth:`exit_layer`, inside which their own use of their weights is not a meeting.
+    :meth:`exit_layer`, inside which their own use of their weights is not a meeting: the
+    operations that take a trainable parameter there are recorded instead
+    (:class:`OperationCall`, returned by :meth:`exit_layer`), so that a handler reads the
+    operation itself, whichever module issued it.
     """
 
     def __init__(
@@ -147,12 +181,14 @@ class BatchDataflow(TorchFunctionMode):
         self._batched = _Registry()
         self._sources = _Registry()  # independent tensor -> frozenset of parameter names
         self._expanded_from = _Registry()  # expansion result -> the tensor it expands
-        self._layer_depth = 0
+        self._frames: list[list[OperationCall]] = []  # one per open layer call
+        self._parameters: dict[int, torch.Tensor] = {}
         self.meetings: list[Meeting] = []
         for tensor in roots:
             self._batched.put(tensor, True)
         for name, parameter in parameters:
             self._sources.put(parameter, frozenset({name}))
+            self._parameters[id(parameter)] = parameter
 
     def is_batched(self, tensor: Any) -> bool:
         """Whether ``tensor`` was computed from the lot's examples."""
@@ -176,10 +212,15 @@ class BatchDataflow(TorchFunctionMode):
         self._sources.drop(tensor)
 
     def enter_layer(self) -> None:
-        self._layer_depth += 1
+        """A handled layer's batched call begins (its weights' use is recorded, not met)."""
+        self._frames.append([])
 
-    def exit_layer(self) -> None:
-        self._layer_depth -= 1
+    def exit_layer(self) -> list[OperationCall]:
+        """The innermost open layer call ends: the operations in it that took a parameter."""
+        return self._frames.pop()
+
+    def _is_parameter(self, tensor: torch.Tensor) -> bool:
+        return self._parameters.get(id(tensor)) is tensor
 
     def __torch_function__(
         self,
@@ -192,6 +233,12 @@ class BatchDataflow(TorchFunctionMode):
         result = func(*args, **kwargs)
         if func in _CONSTANT_RESULTS:
             return result
+        if (
+            self._frames
+            and _tensors(result)  # not a shape, dtype or device read
+            and any(self._is_parameter(t) for t in _tensors((args, kwargs)))
+        ):
+            self._frames[-1].append(OperationCall(func, args, kwargs, result))
         data = args[:1] if func in _SHAPE_ONLY_SECOND else (args, kwargs)
         operands = _tensors(data)
         if not operands:
@@ -205,7 +252,7 @@ class BatchDataflow(TorchFunctionMode):
             for tensor in outputs:
                 self._batched.put(tensor, True)
                 self._sources.drop(tensor)
-            if independent and self._layer_depth == 0:
+            if independent and not self._frames:
                 self._record(func, args, kwargs, result, independent)
         elif independent:
             sources = frozenset().union(*(self.sources(t) for t in independent))

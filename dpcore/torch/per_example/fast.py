@@ -13,8 +13,10 @@ cheaper, "mixed ghost clipping") and, once the clip factors ``c_i = min(1, C / |
 Which calls carry examples is decided from the data flow of every forward
 (:mod:`dpcore.torch.per_example.dataflow`), never from a tensor's shape. Requirements: every
 trainable parameter is used either through a module with a handler (Linear, Conv1d, Conv2d,
-Embedding, LayerNorm, GroupNorm, RMSNorm, :class:`~dpcore.torch.layers.DPLSTM`) called on example
-data, or batch-independently and meeting the examples through ``+``, ``-``, ``*`` or
+Embedding, LayerNorm, GroupNorm, RMSNorm and their subclasses, transformers' ``Conv1D``,
+:class:`~dpcore.torch.layers.DPLSTM`) called on example data, which passes its parameters as they
+are to the handled operation (``F.linear``, ``torch.addmm``, ``F.conv2d``, ``F.layer_norm``, ...),
+or batch-independently and meeting the examples through ``+``, ``-``, ``*`` or
 ``torch.cat`` (:mod:`dpcore.torch.per_example.independent`), or both (tied weights); layers called
 on example data are batch-first; a recorded tensor is not modified in place. Anything else is
 refused with the parameter's name, and ``engine="auto"`` then trains on
@@ -46,9 +48,10 @@ from dpcore.torch.per_example.base import (
     clip_factors,
     per_example_losses,
 )
-from dpcore.torch.per_example.dataflow import BatchDataflow, Meeting
+from dpcore.torch.per_example.dataflow import BatchDataflow, Meeting, OperationCall
 from dpcore.torch.per_example.independent import independent_rows, refuse_unsupported
 from dpcore.torch.per_example.layer_handlers import (
+    AddmmHandler,
     ConvHandler,
     LayerCall,
     LayerHandler,
@@ -71,7 +74,14 @@ from dpcore.torch.per_example.trial import (
 )
 from dpcore.torch.switches import switched
 
-__all__ = ["HANDLERS", "FastEngine", "fast_path_supports", "handler_for", "register_handler"]
+__all__ = [
+    "HANDLERS",
+    "NAMED_HANDLERS",
+    "FastEngine",
+    "fast_path_supports",
+    "handler_for",
+    "register_handler",
+]
 
 HANDLERS: dict[type[nn.Module], LayerHandler] = {
     nn.Linear: LinearHandler(),
@@ -83,16 +93,30 @@ HANDLERS: dict[type[nn.Module], LayerHandler] = {
     nn.RMSNorm: NormalizationHandler(),
     IdentityInputLSTM: IdentityInputLSTMHandler(),
 }
-"""Handlers by exact module type (a subclass may override ``forward``, so it is not matched)."""
+"""Handlers by module type, subclasses included: the handler reads the operation the module's
+call issues (``F.linear``, ``F.conv2d``, ``F.layer_norm``, ...), not the module's ``forward``, and
+refuses a call that uses a parameter any other way; the trial lots prove the result."""
+
+NAMED_HANDLERS: dict[str, LayerHandler] = {
+    # Hugging Face transformers' GPT-style projection, x @ W + b by torch.addmm, W of shape
+    # (in, out); named, so that dpcore does not import transformers.
+    "transformers.pytorch_utils.Conv1D": AddmmHandler(),
+    "transformers.modeling_utils.Conv1D": AddmmHandler(),
+}
+"""Handlers of library layer classes by qualified name (``module.QualName``), subclasses too."""
 
 
 def handler_for(module: nn.Module) -> LayerHandler | None:
-    """The handler registered for ``type(module)``, or ``None``."""
-    return HANDLERS.get(type(module))
+    """The handler of ``type(module)`` or its nearest registered base class, or ``None``."""
+    for cls in type(module).__mro__:
+        found = HANDLERS.get(cls) or NAMED_HANDLERS.get(f"{cls.__module__}.{cls.__qualname__}")
+        if found is not None:
+            return found
+    return None
 
 
 def register_handler(module_type: type[nn.Module], handler: LayerHandler) -> None:
-    """Register ``handler`` for modules of exactly ``module_type`` (replacing any previous one)."""
+    """Register ``handler`` for ``module_type`` and its subclasses (replacing a previous one)."""
     HANDLERS[module_type] = handler
 
 
@@ -179,6 +203,39 @@ def _precision_switch(name: str, backend: Any) -> contextlib.AbstractContextMana
         backend.fp32_precision = value
 
     return switched(f"{name}.fp32_precision", get, set_, "ieee")
+
+
+def _operation(
+    layer: _Layer, operations: list[OperationCall], names: dict[int, str]
+) -> OperationCall:
+    """The one call of a handled operation that takes all of ``layer``'s trainable parameters.
+
+    Args:
+        layer: the layer whose call this was.
+        operations: the operations of the call that took a trainable parameter.
+        names: the engine's parameter names, by ``id`` of the parameter.
+
+    Raises:
+        IncompatibleModelError: naming the parameters, when the module's call uses them another
+            way (a weight computed from the parameter, an operation without a rule, several
+            calls).
+    """
+    owned = {id(p) for p in layer.trainable.values()}
+    using = [op for op in operations if any(id(t) in owned for t in op.operands())]
+    if len(using) == 1 and using[0].func in layer.handler.operations:
+        taken = {id(t) for t in using[0].operands()}
+        if owned <= taken:
+            return using[0]
+    expected = sorted(getattr(f, "__name__", str(f)) for f in layer.handler.operations)
+    seen = [op.name for op in using] or ["no operation"]
+    raise mismatch(
+        f"Module {layer.path!r} ({type(layer.module).__name__}) uses its parameters "
+        f"{sorted(layer.trainable)} through {seen}, not through one call of {expected} that takes "
+        "them as they are (e.g. a weight computed from the parameter, or a subclass whose "
+        "forward differs), so the fast path has no exact rule for them. Use VmapEngine (exact, "
+        "any module) instead.",
+        [names[id(p)] for p in layer.trainable.values()],
+    )
 
 
 def _versions(call: LayerCall) -> tuple[int, ...]:
@@ -308,8 +365,12 @@ class FastEngine(PerExampleEngine):
         output: Any,
     ) -> None:
         if layer.batched.pop():
-            dataflow.exit_layer()
-            call = layer.handler.capture(module, args, kwargs, output)
+            operations = dataflow.exit_layer()
+            if layer.handler.operations:
+                operation = _operation(layer, operations, self._names)
+                call = layer.handler.capture_operation(module, operation, output)
+            else:
+                call = layer.handler.capture(module, args, kwargs, output)
             layer.calls.append((call, _versions(call)))
 
     def _forward(

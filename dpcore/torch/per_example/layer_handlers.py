@@ -38,8 +38,10 @@ from torch import nn
 from torch.nn import functional
 
 from dpcore.torch.errors import IncompatibleModelError
+from dpcore.torch.per_example.dataflow import OperationCall
 
 __all__ = [
+    "AddmmHandler",
     "ConvHandler",
     "LayerCall",
     "LayerHandler",
@@ -53,6 +55,7 @@ __all__ = [
     "materialized_term",
     "outer_product_term",
     "unfold_conv_input",
+    "unfold_patches",
     "zero_dropped_rows",
 ]
 
@@ -190,6 +193,21 @@ class LayerHandler(abc.ABC):
     #: Whether the handler's target is the module's *input* (which must then require grad).
     target_is_input: bool = False
 
+    #: The torch functions through which a handled module uses its trainable parameters, read
+    #: by :meth:`capture_operation` (whatever module class issues them: a subclass, a library's
+    #: own layer). Empty: :meth:`capture` reads the module's own call (DPLSTM's handler).
+    operations: frozenset[Any] = frozenset()
+
+    def capture_operation(self, module: nn.Module, call: OperationCall, output: Any) -> LayerCall:
+        """Save what one call of an :attr:`operations` function needs, and name the target.
+
+        Args:
+            module: the module whose call issued the operation (its configuration).
+            call: the operation, which took every trainable parameter of ``module``.
+            output: the module call's output.
+        """
+        return self.capture(module, call.args, call.kwargs, call.result)
+
     def check(self, module: nn.Module, path: str, trainable: set[str]) -> None:  # noqa: B027
         """Raise :class:`IncompatibleModelError` if this module's configuration is unsupported."""
 
@@ -214,7 +232,10 @@ class LayerHandler(abc.ABC):
 
 
 class LinearHandler(LayerHandler):
-    """``nn.Linear`` on ``(batch, d)`` or ``(batch, ..., d)``: the middle dims are time steps."""
+    """``F.linear`` (``nn.Linear`` and its subclasses) on ``(batch, d)`` or ``(batch, ..., d)``:
+    the middle dims are time steps."""
+
+    operations = frozenset({functional.linear})
 
     def capture(
         self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
@@ -231,25 +252,101 @@ class LinearHandler(LayerHandler):
         trainable: set[str],
         strategy: NormStrategy,
     ) -> list[ParameterTerm]:
-        assert isinstance(module, nn.Linear)
+        weight = module.weight
+        assert isinstance(weight, torch.Tensor)
+        d_out, d_in = weight.shape
         activations, backprops = [], []
         for call, backprop in calls:
             inputs = check_batch_first(call.saved[0], batch_size, path, "an input")
-            activations.append(inputs.reshape(batch_size, 1, -1, module.in_features))
-            backprops.append(backprop.reshape(batch_size, 1, -1, module.out_features))
+            activations.append(inputs.reshape(batch_size, 1, -1, d_in))
+            backprops.append(backprop.reshape(batch_size, 1, -1, d_out))
         a, b = concatenate(activations, dim=2), concatenate(backprops, dim=2)
-        terms = []
-        if "weight" in trainable:
-            terms.append(
-                outer_product_term("weight", a, b, shape=module.weight.shape, strategy=strategy)
+        return _affine_terms(module, a, b, trainable=trainable, strategy=strategy)
+
+
+def _affine_terms(
+    module: nn.Module,
+    activations: torch.Tensor,
+    backprops: torch.Tensor,
+    *,
+    trainable: set[str],
+    strategy: NormStrategy,
+    transposed: bool = False,
+) -> list[ParameterTerm]:
+    """Terms of ``s = a W^T + b`` (or ``a W + b`` when ``transposed``): ``(batch, 1, T, d)``."""
+    terms = []
+    weight, bias = getattr(module, "weight", None), getattr(module, "bias", None)
+    if "weight" in trainable and isinstance(weight, torch.Tensor):
+        # W of shape (in, out) has G_i = sum_t a_t b_t^T: the same term, the roles swapped.
+        left, right = (backprops, activations) if transposed else (activations, backprops)
+        terms.append(
+            outer_product_term("weight", left, right, shape=weight.shape, strategy=strategy)
+        )
+    if "bias" in trainable and isinstance(bias, torch.Tensor):
+        terms.append(materialized_term("bias", backprops.sum((1, 2)), bias.shape))
+    return terms
+
+
+class AddmmHandler(LayerHandler):
+    """``torch.addmm(bias, x, weight)``: ``x @ W + b`` with a weight of shape ``(in, out)``.
+
+    Transformers' ``Conv1D`` (GPT-2's attention and MLP projections) flattens its input
+    ``(batch, ..., in)`` to rows, calls ``addmm`` and views the result back; the rows of one
+    example are the time steps of a Linear layer (the trial lots check that the flattening kept
+    the examples' rows together).
+    """
+
+    operations = frozenset({torch.addmm})
+
+    def capture_operation(self, module: nn.Module, call: OperationCall, output: Any) -> LayerCall:
+        rows = call.argument(1, "mat1")
+        beta, alpha = call.kwargs.get("beta", 1), call.kwargs.get("alpha", 1)
+        if call.argument(2, "mat2") is not getattr(module, "weight", None) or (beta, alpha) != (
+            1,
+            1,
+        ):
+            raise IncompatibleModelError(
+                f"A {type(module).__name__} calls torch.addmm other than as "
+                "addmm(bias, x, weight) (with beta = alpha = 1); the fast path has no rule for it."
             )
-        if "bias" in trainable and module.bias is not None:
-            terms.append(materialized_term("bias", b.sum((1, 2)), module.bias.shape))
-        return terms
+        view = isinstance(output, torch.Tensor) and output._base is call.result
+        return LayerCall((rows.detach(),), output if view else call.result)
+
+    def capture(
+        self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
+    ) -> LayerCall:
+        raise NotImplementedError("AddmmHandler reads the addmm call (capture_operation)")
+
+    def terms(
+        self,
+        module: nn.Module,
+        calls: Sequence[tuple[LayerCall, torch.Tensor]],
+        *,
+        path: str,
+        batch_size: int,
+        trainable: set[str],
+        strategy: NormStrategy,
+    ) -> list[ParameterTerm]:
+        weight = module.weight
+        assert isinstance(weight, torch.Tensor)
+        d_in, d_out = weight.shape
+        activations, backprops = [], []
+        for call, backprop in calls:
+            rows = call.saved[0]
+            if rows.dim() != 2 or rows.shape[0] % batch_size:
+                raise IncompatibleModelError(
+                    f"Module {path!r} multiplied rows of shape {tuple(rows.shape)}, which do not "
+                    f"split into the lot's {batch_size} examples; the fast path needs them "
+                    "batch-first. Use VmapEngine (exact, any module) instead."
+                )
+            activations.append(rows.reshape(batch_size, 1, -1, d_in))
+            backprops.append(backprop.reshape(batch_size, 1, -1, d_out))
+        a, b = concatenate(activations, dim=2), concatenate(backprops, dim=2)
+        return _affine_terms(module, a, b, trainable=trainable, strategy=strategy, transposed=True)
 
 
 def unfold_conv_input(module: nn.Conv1d | nn.Conv2d, inputs: torch.Tensor) -> torch.Tensor:
-    """The patches a convolution multiplies by its weight: ``(batch, L, C_in * prod(kernel))``.
+    """The patches a convolution module multiplies by its weight: ``(batch, L, C_in * prod(k))``.
 
     Padding as the module does it (any ``padding_mode``, ``'same'`` included); a Conv1d is
     unfolded as a 2-D convolution of height 1.
@@ -258,15 +355,66 @@ def unfold_conv_input(module: nn.Conv1d | nn.Conv2d, inputs: torch.Tensor) -> to
     if any(pads):
         mode = "constant" if module.padding_mode == "zeros" else module.padding_mode
         inputs = functional.pad(inputs, pads, mode=mode)
-    if isinstance(module, nn.Conv1d):
+    spatial = 1 if isinstance(module, nn.Conv1d) else 2
+    return unfold_patches(
+        inputs,
+        ConvGeometry(
+            tuple(module.kernel_size), tuple(module.stride), (0,) * 2 * spatial, module.dilation
+        ),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvGeometry:
+    """A convolution's kernel, stride, zero padding and dilation, per spatial dimension.
+
+    Attributes:
+        kernel, stride, dilation: one entry per spatial dimension (1 or 2).
+        padding: ``(left, right)`` pairs, last spatial dimension first (``F.pad``'s order).
+    """
+
+    kernel: tuple[int, ...]
+    stride: tuple[int, ...]
+    padding: tuple[int, ...]
+    dilation: tuple[int, ...]
+
+    @classmethod
+    def of_call(cls, call: OperationCall, kernel: tuple[int, ...]) -> ConvGeometry:
+        """The geometry of ``F.conv1d``/``F.conv2d(input, weight, bias, stride, padding,
+        dilation, groups)`` as called (``padding`` an int, a tuple, ``'valid'`` or ``'same'``)."""
+        spatial = len(kernel)
+
+        def per_dimension(value: Any) -> tuple[int, ...]:
+            if isinstance(value, int):
+                return (value,) * spatial
+            return tuple(int(v) for v in value)
+
+        stride = per_dimension(call.argument(3, "stride", 1))
+        dilation = per_dimension(call.argument(5, "dilation", 1))
+        padding = call.argument(4, "padding", 0)
+        if padding == "valid":
+            pairs = [(0, 0)] * spatial
+        elif padding == "same":  # as PyTorch pads: the odd element on the right
+            totals = [d * (k - 1) for d, k in zip(dilation, kernel, strict=True)]
+            pairs = [(total // 2, total - total // 2) for total in totals]
+        else:
+            pairs = [(p, p) for p in per_dimension(padding)]
+        flat = tuple(side for pair in reversed(pairs) for side in pair)
+        return cls(kernel, stride, flat, dilation)
+
+
+def unfold_patches(inputs: torch.Tensor, geometry: ConvGeometry) -> torch.Tensor:
+    """The patches ``(batch, L, C_in * prod(kernel))`` of a 1-D or 2-D convolution's input.
+
+    The input is zero-padded by ``geometry.padding``; a 1-D convolution is unfolded as a 2-D
+    one of height 1.
+    """
+    if any(geometry.padding):
+        inputs = functional.pad(inputs, list(geometry.padding))
+    kernel, dilation, stride = geometry.kernel, geometry.dilation, geometry.stride
+    if len(kernel) == 1:
         inputs = inputs.unsqueeze(2)
-        kernel, dilation, stride = (
-            (1, module.kernel_size[0]),
-            (1, module.dilation[0]),
-            (1, module.stride[0]),
-        )
-    else:
-        kernel, dilation, stride = module.kernel_size, module.dilation, module.stride  # type: ignore[assignment]
+        kernel, dilation, stride = (1, *kernel), (1, *dilation), (1, *stride)
     # Strided windows (B, C, H_out, W_out, k_h, k_w), a view; one copy to the GEMM layout. Faster
     # on CPU than functional.unfold (im2col), measured 2x on an MNIST convolution.
     windows = inputs.unfold(2, dilation[0] * (kernel[0] - 1) + 1, stride[0])
@@ -283,15 +431,32 @@ def concatenate(tensors: Sequence[torch.Tensor], *, dim: int) -> torch.Tensor:
 
 
 class ConvHandler(LayerHandler):
-    """``nn.Conv1d`` / ``nn.Conv2d`` (any stride, padding, dilation, groups, padding mode).
+    """``F.conv1d`` / ``F.conv2d`` (``nn.Conv1d``, ``nn.Conv2d`` and subclasses): any stride,
+    padding, dilation, groups; a padding mode other than zeros is the module's ``F.pad`` before
+    the call.
 
-    Unfolded, a convolution is a Linear layer per group over the ``L`` output positions.
+    Unfolded, a convolution is a Linear layer per group over the ``L`` output positions. The
+    geometry is read from the call itself, so a subclass that pads its own way (``'same'`` for
+    any input size) is handled too.
     """
+
+    operations = frozenset({functional.conv1d, functional.conv2d})
+
+    def capture_operation(self, module: nn.Module, call: OperationCall, output: Any) -> LayerCall:
+        weight = getattr(module, "weight", None)
+        if not isinstance(weight, torch.Tensor) or call.argument(1, "weight") is not weight:
+            raise IncompatibleModelError(
+                f"A {type(module).__name__} convolves with a tensor other than its weight "
+                "parameter; the fast path has no rule for it."
+            )
+        geometry = ConvGeometry.of_call(call, tuple(weight.shape[2:]))
+        groups = int(call.argument(6, "groups", 1))
+        return LayerCall((call.argument(0, "input").detach(), geometry, groups), call.result)
 
     def capture(
         self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
     ) -> LayerCall:
-        return LayerCall((args[0].detach(),), output)
+        raise NotImplementedError("ConvHandler reads the convolution call (capture_operation)")
 
     def terms(
         self,
@@ -303,47 +468,66 @@ class ConvHandler(LayerHandler):
         trainable: set[str],
         strategy: NormStrategy,
     ) -> list[ParameterTerm]:
-        assert isinstance(module, nn.Conv1d | nn.Conv2d)
-        groups = module.groups
-        batched_dims = 3 if isinstance(module, nn.Conv1d) else 4
+        weight = module.weight
+        assert isinstance(weight, torch.Tensor)
+        out_channels = weight.shape[0]
         activations, backprops = [], []
+        groups = 1
         for call, backprop in calls:
             inputs = check_batch_first(call.saved[0], batch_size, path, "an input")
-            if inputs.dim() != batched_dims:
+            geometry, groups = call.saved[1], call.saved[2]
+            if inputs.dim() != 2 + len(geometry.kernel):
                 raise IncompatibleModelError(
                     f"Module {path!r} received an unbatched input of shape "
                     f"{tuple(inputs.shape)}; the fast path needs a batch dimension."
                 )
-            patches = unfold_conv_input(module, inputs)
+            patches = unfold_patches(inputs, geometry)
             positions = patches.shape[1]
             activations.append(patches.view(batch_size, positions, groups, -1).transpose(1, 2))
             backprops.append(
-                backprop.reshape(batch_size, groups, module.out_channels // groups, positions)
+                backprop.reshape(batch_size, groups, out_channels // groups, positions)
             )
         a = concatenate(activations, dim=2)  # (batch, groups, L, d_in)
         b = concatenate(backprops, dim=3).transpose(-1, -2)  # (batch, groups, L, d_out)
         terms = []
         if "weight" in trainable:
-            terms.append(
-                outer_product_term("weight", a, b, shape=module.weight.shape, strategy=strategy)
-            )
-        if "bias" in trainable and module.bias is not None:
+            terms.append(outer_product_term("weight", a, b, shape=weight.shape, strategy=strategy))
+        bias = getattr(module, "bias", None)
+        if "bias" in trainable and isinstance(bias, torch.Tensor):
             bias_rows = b.sum(2).reshape(batch_size, -1)
-            terms.append(materialized_term("bias", bias_rows, module.bias.shape))
+            terms.append(materialized_term("bias", bias_rows, bias.shape))
         return terms
 
 
 class NormalizationHandler(LayerHandler):
-    """``nn.LayerNorm``, ``nn.GroupNorm``, ``nn.RMSNorm``: their affine parameters, materialised.
+    """``F.layer_norm``, ``F.group_norm``, ``F.rms_norm`` (``nn.LayerNorm``, ``nn.GroupNorm``,
+    ``nn.RMSNorm`` and subclasses, e.g. a channels-first LayerNorm that permutes around the
+    call): their affine parameters, materialised.
 
-    With ``x_hat`` the normalised input (recomputed without affine), the per-example gradients are
-    ``sum b * x_hat`` (weight) and ``sum b`` (bias) over the positions that share a parameter.
+    With ``x_hat`` the normalised input of the call (recomputed without affine, with the call's
+    shape or groups and eps), the per-example gradients are ``sum b * x_hat`` (weight) and
+    ``sum b`` (bias) over the positions that share a parameter.
     """
+
+    operations = frozenset({functional.layer_norm, functional.group_norm, functional.rms_norm})
+
+    def capture_operation(self, module: nn.Module, call: OperationCall, output: Any) -> LayerCall:
+        inputs = call.argument(0, "input").detach()
+        if call.func is functional.rms_norm:
+            eps = call.argument(3, "eps")
+        else:
+            eps = call.argument(4, "eps", 1e-5)
+        spec: int | tuple[int, ...]
+        if call.func is functional.group_norm:
+            spec = int(call.argument(1, "num_groups"))
+        else:
+            spec = tuple(call.argument(1, "normalized_shape"))
+        return LayerCall((inputs, call.func, spec, eps), call.result)
 
     def capture(
         self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
     ) -> LayerCall:
-        return LayerCall((args[0].detach(),), output)
+        raise NotImplementedError("NormalizationHandler reads the call (capture_operation)")
 
     def terms(
         self,
@@ -359,22 +543,18 @@ class NormalizationHandler(LayerHandler):
         bias_rows: torch.Tensor | int = 0
         for call, backprop in calls:
             inputs = check_batch_first(call.saved[0], batch_size, path, "an input")
-            if isinstance(module, nn.GroupNorm):
-                normalized = functional.group_norm(inputs, module.num_groups, eps=module.eps)
+            func, spec, eps = call.saved[1:]
+            if func is functional.group_norm:
+                normalized = functional.group_norm(inputs, spec, eps=eps)
                 shared = range(2, inputs.dim())
             else:
-                assert isinstance(module, nn.LayerNorm | nn.RMSNorm)
-                shape = tuple(module.normalized_shape)
-                if inputs.dim() <= len(shape):
+                if inputs.dim() <= len(spec):
                     raise IncompatibleModelError(
                         f"Module {path!r} received an unbatched input of shape "
                         f"{tuple(inputs.shape)}; the fast path needs a batch dimension."
                     )
-                if isinstance(module, nn.LayerNorm):
-                    normalized = functional.layer_norm(inputs, shape, eps=module.eps)
-                else:
-                    normalized = functional.rms_norm(inputs, shape, eps=module.eps)
-                shared = range(1, inputs.dim() - len(shape))
+                normalized = func(inputs, spec, eps=eps)
+                shared = range(1, inputs.dim() - len(spec))
             if "weight" in trainable:
                 weight_rows = weight_rows + _sum_except_batch(backprop * normalized, shared)
             if "bias" in trainable:

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn import functional
 
 from dpcore.torch.errors import IncompatibleModelError
 from dpcore.torch.layers import IdentityInputLSTM
@@ -29,8 +30,10 @@ __all__ = ["EmbeddingHandler", "IdentityInputLSTMHandler"]
 
 
 class EmbeddingHandler(LayerHandler):
-    """``nn.Embedding``, dense, without ``max_norm`` or ``scale_grad_by_freq``; honours
-    ``padding_idx``."""
+    """``F.embedding`` of ``nn.Embedding`` (and subclasses), dense, without ``max_norm`` or
+    ``scale_grad_by_freq``; honours ``padding_idx``."""
+
+    operations = frozenset({functional.embedding})
 
     def check(self, module: nn.Module, path: str, trainable: set[str]) -> None:
         assert isinstance(module, nn.Embedding)

@@ -9,7 +9,11 @@ import torch
 from torch import nn
 
 from dpcore.torch.engines import make_engine
-from dpcore.torch.errors import IncompatibleModelError, NoExactEngineError
+from dpcore.torch.errors import (
+    EngineFallbackWarning,
+    IncompatibleModelError,
+    NoExactEngineError,
+)
 
 CROSS_ENTROPY = nn.CrossEntropyLoss(reduction="none")
 
@@ -50,3 +54,14 @@ def test_a_model_no_engine_takes_gets_one_typed_error_with_each_reason() -> None
         message,
     )
     assert not engine.prepared
+
+
+def test_a_layer_configuration_the_fast_path_refuses_falls_back_to_vmap() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Embedding(7, 3, scale_grad_by_freq=True), nn.Flatten(), nn.Linear(6, 2)
+    )
+    engine = make_engine(model, engine="auto", max_grad_norm=1.0)
+    with pytest.warns(EngineFallbackWarning, match="scale_grad_by_freq"):
+        engine.prepare(torch.randint(0, 7, (5, 2)), torch.randint(0, 2, (5,)), CROSS_ENTROPY)
+    assert engine.name == "vmap"
