@@ -129,3 +129,22 @@ def test_the_command_line_runs_the_chosen_profile(
     assert "| tiny | 4 |" in (tmp_path / "blackbox.md").read_text()
     with pytest.raises(SystemExit):
         main(["--only", "blackbox", "--profile", "huge"])
+
+
+def test_soundness_record_counts_exceedances(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from audits.blackbox.soundness import soundness
+
+    monkeypatch.setattr(results_io, "RESULTS", tmp_path)
+    result = soundness(dataclasses.replace(TINY, steps=2), 1.0, 8, 3, progress=False)
+    assert result["seeds"] == 3 and len(result["epsilon_lower"]) == 3
+    over = sum(
+        a > b for a, b in zip(result["epsilon_lower"], result["certified_epsilon"], strict=True)
+    )
+    assert result["exceedances"] == over
+    assert result["p_value"] == pytest.approx(stats.binom.sf(over - 1, 3, 0.05))
+    saved = json.loads((tmp_path / "blackbox_soundness.json").read_text())
+    assert saved[0]["exceedances"] == over
+    with pytest.raises(InvalidParameterError):
+        soundness(TINY, 1.0, 8, 0, progress=False)
