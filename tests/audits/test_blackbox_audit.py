@@ -148,3 +148,23 @@ def test_soundness_record_counts_exceedances(
     assert saved[0]["exceedances"] == over
     with pytest.raises(InvalidParameterError):
         soundness(TINY, 1.0, 8, 0, progress=False)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"model": "mlp", "hidden": 8},
+        {"init": "random"},
+        {"target": "natural"},
+        {"target": "constant", "sampling_probability": 0.5},
+    ],
+)
+def test_every_option_trains_and_scores(changes: dict[str, object]) -> None:
+    setting = dataclasses.replace(TINY, **changes)  # type: ignore[arg-type]
+    result = training.execute(BlackBoxRun(setting, 4.0, "in", 0))
+    assert np.isfinite(result["loss"]) and result["loss"] >= 0
+    assert np.isfinite(result["logit_margin"])
+    if setting.init == "random":
+        assert not training.initial_state(setting)["weight"].equal(
+            training.initial_state(TINY)["weight"]
+        )
