@@ -6,6 +6,15 @@ its uniforms from the operating system's cryptographically secure generator (``o
 and refuses a seed. Both turn uniforms into normals in float64 and round to the parameter's dtype;
 the floating-point attacks on textbook samplers (Mironov 2012; Jin et al. 2022) concern the
 low-order bits of each draw, which this source does not claim to protect.
+
+Why float64 even for float32 parameters: torch's float32 normals are Box–Muller over 24-bit
+uniforms, so their radius ``sqrt(-2 ln u)`` never exceeds ``sqrt(48 ln 2) = 5.77`` and takes few
+distinct values beyond 5: the noise would be a truncated Gaussian, under which an output near
+the truncation point has unbounded privacy loss, with a chance of order ``1e-8`` per coordinate
+and step (millions of coordinates, thousands of steps: a delta the accountant does not count).
+Float64 draws come from 53-bit uniforms (radius up to 8.57, beyond which the mass is below
+``1e-17``). :class:`SeededGaussianNoise` draws them a block at a time into the parameter's dtype,
+so a float32 step allocates no float64 tensor of the parameter's size.
 """
 
 from __future__ import annotations
@@ -78,11 +87,30 @@ class SeededGaussianNoise(NoiseSource):
         self.generator = torch.Generator()
         self.generator.manual_seed(self.seed)
 
+    #: float64 draws per block when the parameter is in a narrower dtype (a multiple of 16,
+    #: torch's block of draws: the result equals one float64 draw of the whole tensor, rounded).
+    BLOCK = 1 << 16
+
     def standard_normal(
         self, shape: torch.Size, *, dtype: torch.dtype, device: torch.device
     ) -> torch.Tensor:
-        draws = torch.randn(shape, generator=self.generator, dtype=torch.float64)
-        return draws.to(dtype=dtype, device=device)
+        """Float64 draws (module docstring), rounded to ``dtype`` a block at a time."""
+        count = math.prod(shape)
+        if dtype == torch.float64 or count < 2 * self.BLOCK:
+            draws = torch.randn(shape, generator=self.generator, dtype=torch.float64)
+            return draws.to(dtype=dtype, device=device)
+        rounded = torch.empty(count, dtype=dtype)
+        block = torch.empty(self.BLOCK + 16, dtype=torch.float64)
+        start = 0
+        while start < count:
+            # the last block takes the remainder when it is short (torch draws fewer than 16
+            # values another way, so the blocks would no longer equal one whole draw)
+            size = count - start if count - start < self.BLOCK + 16 else self.BLOCK
+            part = block[:size]
+            part.normal_(generator=self.generator)
+            rounded[start : start + size].copy_(part)
+            start += size
+        return rounded.view(shape).to(device=device)
 
     def state_dict(self) -> dict[str, Any]:
         return {"name": self.name, "seed": self.seed, "generator": self.generator.get_state()}

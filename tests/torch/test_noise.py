@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
 from scipy import stats
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from dpcore.errors import InvalidParameterError
 from dpcore.torch.noise import (
@@ -177,3 +180,76 @@ def test_seeded_source_refuses_seeds_torch_cannot_take(seed: object) -> None:
     with pytest.raises(InvalidParameterError, match="Expected seed"):
         SeededGaussianNoise(seed)  # type: ignore[arg-type]
     assert SeededGaussianNoise(2**63 - 1).seed == 2**63 - 1
+
+
+def _on_24_bit_grid(draws: torch.Tensor) -> tuple[int, float]:
+    """Tail pairs of Box–Muller draws, and the share whose radius comes from a 24-bit uniform.
+
+    torch pairs draw j with draw j + 8 in each block of 16 (one uniform gives both their radius
+    ``r = sqrt(-2 ln u)``); a 24-bit uniform makes ``2**24 exp(-r^2 / 2)`` an integer.
+    """
+    pairs = draws.double().view(-1, 2, 8)
+    squared = (pairs[:, 0] ** 2 + pairs[:, 1] ** 2).flatten()
+    tail = squared[squared > 16.0]  # radius beyond 4: where the grid is coarse
+    scaled = torch.exp(-tail / 2) * 2.0**24
+    return tail.numel(), float(((scaled - scaled.round()).abs() < 0.05).double().mean())
+
+
+def test_float32_parameters_get_float64_draws_rounded_a_block_at_a_time() -> None:
+    """The draws equal one float64 draw of the whole tensor, rounded (whatever the block split),
+    are standard normal, and their tails are not torch's float32 normals' 24-bit grid (which
+    stops at 5.77 sigma: the reason to draw in float64, module docstring of dpcore.torch.noise)."""
+    cpu = torch.device("cpu")
+    block = SeededGaussianNoise.BLOCK
+    for count in (17, 2 * block - 1, 2 * block + 5, 3 * block + 16, 3 * block + 21):
+        draws = SeededGaussianNoise(7).standard_normal(
+            torch.Size((count,)), dtype=torch.float32, device=cpu
+        )
+        generator = torch.Generator().manual_seed(7)
+        whole = torch.randn(count, generator=generator, dtype=torch.float64)
+        assert draws.dtype == torch.float32
+        assert torch.equal(draws, whole.to(torch.float32))
+    draws = SeededGaussianNoise(0).standard_normal(
+        torch.Size((1024, 1024)), dtype=torch.float32, device=cpu
+    )
+    _check_standard_normal(draws)
+    tail_pairs, on_grid = _on_24_bit_grid(draws)
+    assert tail_pairs > 100 and on_grid < 0.5  # about 0.1 by chance
+    float32 = torch.randn(1024 * 1024, generator=torch.Generator().manual_seed(0))
+    assert _on_24_bit_grid(float32)[1] == 1.0
+
+
+class _Allocations(TorchDispatchMode):
+    """Records the dtype and size of every tensor an operation returns while open."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[torch.dtype, int]] = []
+
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
+        result = func(*args, **(kwargs or {}))
+        for leaf in tree_leaves(result):
+            if isinstance(leaf, torch.Tensor):
+                self.seen.append((leaf.dtype, leaf.numel()))
+        return result
+
+
+def test_a_float32_noise_step_allocates_no_float64_tensor_of_a_parameters_size() -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(512, 512)
+    optimizer = DPOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        engine=VmapEngine(model, max_grad_norm=1.0),
+        noise_multiplier=1.0,
+        expected_batch_size=4.0,
+        noise=SeededGaussianNoise(0),
+    )
+    summed = [torch.zeros_like(p) for p in model.parameters()]
+    batch = ClippedBatch(summed, torch.zeros(0), torch.zeros(0), torch.zeros(0), None)
+    with _Allocations() as allocations:
+        optimizer.step(batch)
+    assert any(dtype == torch.float64 for dtype, _ in allocations.seen)  # the draws' blocks
+    largest = max(size for dtype, size in allocations.seen if dtype == torch.float64)
+    assert largest <= SeededGaussianNoise.BLOCK + 16 < model.weight.numel()
