@@ -1,5 +1,7 @@
 """Tiny models built by the libraries people train with (transformers, peft), random weights.
 
+GPT-2, BERT, Llama, ViT, RoBERTa, DistilBERT, and LoRA adapters (peft) on BERT and Llama.
+
 Each entry builds a float64 model from the library's own config class (no download), a lot of
 inputs and targets for it, and the per-example loss the training loop would use: a causal LM's
 mean next-token cross-entropy over its logits, a classifier's cross-entropy. The BERT lots carry
@@ -9,6 +11,7 @@ an ``attention_mask`` with a different amount of padding per example.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -93,12 +96,84 @@ def llama() -> nn.Module:
     return LlamaForCausalLM(config)
 
 
+def image_lot(size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """16 x 16 RGB images and class labels."""
+    generator = torch.Generator().manual_seed(seed)
+    images = torch.randn(size, 3, 16, 16, generator=generator, dtype=torch.float64)
+    return images, torch.randint(0, CLASSES, (size,), generator=generator)
+
+
+def vit() -> nn.Module:
+    from transformers import ViTConfig, ViTForImageClassification
+
+    config = ViTConfig(
+        image_size=16,
+        patch_size=4,
+        num_channels=3,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=37,
+        num_labels=CLASSES,
+    )
+    return ViTForImageClassification(config)
+
+
+def roberta() -> nn.Module:
+    from transformers import RobertaConfig, RobertaForSequenceClassification
+
+    config = RobertaConfig(
+        vocab_size=VOCABULARY,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=37,
+        max_position_embeddings=40,
+        num_labels=CLASSES,
+        pad_token_id=1,
+    )
+    return RobertaForSequenceClassification(config)
+
+
+def distilbert() -> nn.Module:
+    from transformers import DistilBertConfig, DistilBertForSequenceClassification
+
+    config = DistilBertConfig(
+        vocab_size=VOCABULARY,
+        dim=32,
+        n_layers=2,
+        n_heads=2,
+        hidden_dim=37,
+        max_position_embeddings=32,
+        num_labels=CLASSES,
+    )
+    return DistilBertForSequenceClassification(config)
+
+
+def lora(base: Callable[[], nn.Module], targets: list[str], task: str) -> Callable[[], nn.Module]:
+    """``base`` with rank-4 LoRA adapters on ``targets`` (peft; only adapters and head train)."""
+
+    def build() -> nn.Module:
+        from peft import LoraConfig, get_peft_model
+
+        config = LoraConfig(
+            r=4, lora_alpha=8, target_modules=targets, task_type=task, lora_dropout=0.0
+        )
+        with warnings.catch_warnings():  # peft 0.21 calls a name transformers 5 deprecates
+            warnings.filterwarnings(
+                "ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning
+            )
+            return get_peft_model(base(), config)  # type: ignore[no-any-return]
+
+    return build
+
+
 @dataclasses.dataclass(frozen=True)
 class LibraryModel:
     """How to build one library model, a lot for it, and its per-example loss."""
 
     build: Callable[[], nn.Module]
-    lot: Callable[[int, int], tuple[dict[str, torch.Tensor], torch.Tensor]]
+    lot: Callable[[int, int], tuple[Any, torch.Tensor]]
     loss: Callable[[Any, torch.Tensor], torch.Tensor]
 
     def model(self, seed: int = 0) -> nn.Module:
@@ -111,4 +186,11 @@ LIBRARY_MODELS = {
     "gpt2": LibraryModel(gpt2, lm_lot, lm_loss),
     "bert": LibraryModel(bert, classifier_lot, classifier_loss),
     "llama": LibraryModel(llama, lm_lot, lm_loss),
+    "vit": LibraryModel(vit, image_lot, classifier_loss),
+    "roberta": LibraryModel(roberta, classifier_lot, classifier_loss),
+    "distilbert": LibraryModel(distilbert, classifier_lot, classifier_loss),
+    "lora_bert": LibraryModel(
+        lora(bert, ["query", "value"], "SEQ_CLS"), classifier_lot, classifier_loss
+    ),
+    "lora_llama": LibraryModel(lora(llama, ["q_proj", "v_proj"], "CAUSAL_LM"), lm_lot, lm_loss),
 }

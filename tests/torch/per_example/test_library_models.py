@@ -24,7 +24,7 @@ from tests.torch.reference import loop_clipped_sum, loop_gradients, loop_norms
 TOLERANCE = 1e-10
 
 #: The engine ``auto`` picks for each model (both exact).
-AUTO_PICKS = {"gpt2": "fast", "bert": "fast", "llama": "fast"}
+AUTO_PICKS = dict.fromkeys(LIBRARY_MODELS, "fast")
 
 
 def _assert_matches_loop(
