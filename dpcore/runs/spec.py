@@ -123,7 +123,8 @@ def code_fingerprint(*sources: ModuleType | str | Path, extra: str = "") -> str:
     on); any edit to them changes the fingerprint, and with it the run's folder in the store.
 
     Args:
-        sources: modules, importable module names (``"dpcore.accountants.rdp"``) or file paths.
+        sources: modules, importable module names (``"dpcore.accountants.rdp"``) or file paths;
+            a package stands for every ``.py`` file under its folder.
         extra: any further text that determines results (a library version, say).
 
     Returns:
@@ -157,7 +158,15 @@ def _source_bytes(source: ModuleType | str | Path) -> bytes:
         path = inspect.getsourcefile(module)
         if path is None:
             raise TypeError(source)
-        return Path(path).read_bytes()
+        if not hasattr(module, "__path__"):
+            return Path(path).read_bytes()
+        # a package: every module in it, not only its __init__ (an edit to any changes results)
+        folder = Path(path).parent
+        files = sorted(folder.rglob("*.py"), key=lambda file: file.relative_to(folder).as_posix())
+        return b"".join(
+            file.relative_to(folder).as_posix().encode() + b"\0" + file.read_bytes() + b"\0"
+            for file in files
+        )
     except (ImportError, OSError, TypeError):
         raise InvalidParameterError(
             "sources", "modules or files whose source can be read", source

@@ -99,6 +99,29 @@ def test_code_fingerprint_follows_the_source(tmp_path: Path) -> None:
     check_code(first)
 
 
+def test_a_package_fingerprint_follows_every_module_in_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    package = tmp_path / "fingerprinted_pkg"
+    (package / "inner").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "inner" / "__init__.py").write_text("")
+    noise = package / "inner" / "noise.py"
+    noise.write_text("SCALE = 1.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    first = code_fingerprint("fingerprinted_pkg")
+    noise.write_text("SCALE = 2.0\n")  # a module the package's __init__ never mentions
+    second = code_fingerprint("fingerprinted_pkg")
+    assert second != first
+    noise.rename(package / "inner" / "noise2.py")  # same bytes, another module
+    third = code_fingerprint("fingerprinted_pkg")
+    assert third != second
+    (package / "__pycache__").mkdir()
+    (package / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"compiled")
+    (package / "notes.txt").write_text("not code")
+    assert code_fingerprint("fingerprinted_pkg") == third  # only the .py sources count
+
+
 @pytest.mark.parametrize(
     "sources", [(), ("dpcore.no_such_module",), (Path("/no/such/file.py"),), (sys,)]
 )
