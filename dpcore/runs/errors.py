@@ -52,10 +52,32 @@ class RunsFailedError(DPCoreError, RuntimeError):
     def __init__(self, failures: Sequence[tuple[object, BaseException]], attempts: int) -> None:
         self.failures = list(failures)
         self.attempts = attempts
-        lines = "\n".join(
-            f"  {spec!r}: {type(error).__name__}: {error}" for spec, error in self.failures
-        )
+        shown = self.failures[:SHOWN_FAILURES]
+        lines = [f"  {_short(repr(spec))}: {_described(error)}" for spec, error in shown]
+        if len(self.failures) > len(shown):
+            lines.append(f"  ... and {len(self.failures) - len(shown)} more (see .failures)")
+        if any(type(error).__name__ == "BrokenProcessPool" for _, error in self.failures):
+            lines.append(
+                "  A worker process died: out of memory, a crash in native code, or a script "
+                'that starts the runs without `if __name__ == "__main__":` (spawned workers '
+                "import it again)."
+            )
+        joined = "\n".join(lines)
         super().__init__(
             f"{len(self.failures)} run(s) failed after {attempts} attempt(s) each; the other runs "
-            f"finished and are stored:\n{lines}"
+            f"finished and are stored:\n{joined}"
         )
+
+
+#: Failures named in the message (all are kept in ``failures``).
+SHOWN_FAILURES = 5
+#: Characters of a spec's repr or an error's text shown in the message.
+SHOWN_CHARACTERS = 300
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= SHOWN_CHARACTERS else text[: SHOWN_CHARACTERS - 3] + "..."
+
+
+def _described(error: BaseException) -> str:
+    return _short(f"{type(error).__name__}: {error}")
