@@ -10,6 +10,7 @@ replaced by other data: a missing or mismatching file is an error that says what
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gzip
 import hashlib
@@ -21,7 +22,7 @@ import sys
 import tarfile
 import zipfile
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from dpcore.atomic import atomic_write_bytes
@@ -233,6 +234,33 @@ def fetch(name: str, *, sources: Mapping[str, Source] = SOURCES) -> Path:
     target = cache_dir() / name
     if all((target / cached).is_file() for cached in source.members):
         return target
+    # Runs fanned out over processes fetch at once: one at a time per dataset, the others then
+    # find it extracted (without the lock, one's clean-up removed another's half-written copy).
+    with _locked(cache_dir() / f".{name}.lock"):
+        if all((target / cached).is_file() for cached in source.members):
+            return target
+        return _fetch_unlocked(name, source, target)
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path`` (created) across processes and threads, where the system
+    has ``fcntl.flock`` (not Windows: there, concurrent first fetches of a dataset are unsafe)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _fetch_unlocked(name: str, source: Source, target: Path) -> Path:
     archives = cache_dir() / "archives"
     archive = archives / source.filename
     if not archive.is_file():

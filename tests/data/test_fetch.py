@@ -102,3 +102,45 @@ def test_cifar_from_a_user_directory(tmp_path) -> None:  # type: ignore[no-untyp
     images, labels = load_cifar10(tmp_path)
     assert images.shape == (10, 3, 32, 32) and labels.tolist() == [1, 2] * 5
     assert load_cifar10(tmp_path, "test")[0].shape == (2, 3, 32, 32)
+
+
+def test_concurrent_first_fetches_all_get_the_dataset(cache, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import importlib
+    import threading
+
+    fetching = importlib.import_module("dpcore.data.fetch")  # the package exports fetch()
+
+    blob = _tgz({f"package/data/f{i}": bytes([i]) * 50_000 for i in range(6)})
+    (cache / "archives" / "pkg-1.0.tgz").write_bytes(blob)
+    source = Source(
+        "npm",
+        "pkg",
+        "1.0",
+        "pkg-1.0.tgz",
+        hashlib.sha256(blob).hexdigest(),
+        {f"f{i}": f"package/data/f{i}" for i in range(6)},
+    )
+    extract = fetching._extract
+    extractions: list[int] = []
+
+    def slow_extract(*args):  # type: ignore[no-untyped-def]
+        extractions.append(1)
+        threading.Event().wait(0.05)  # widen the window in which a second fetch would interfere
+        extract(*args)
+
+    monkeypatch.setattr(fetching, "_extract", slow_extract)
+    errors: list[BaseException] = []
+
+    def one() -> None:
+        try:
+            folder = fetch("toy", sources={"toy": source})
+            assert all((folder / f"f{i}").read_bytes() == bytes([i]) * 50_000 for i in range(6))
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=one) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and len(extractions) == 1  # one extraction, the others waited for it
