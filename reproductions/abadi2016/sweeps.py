@@ -329,6 +329,7 @@ def compute(
     output: Output | None = None,
     deadline: float | None = None,
     executor: str | ExecutorChoice | SupportsSubmit | None = None,
+    hardware: str | None = None,
 ) -> None:
     """Run the profile's sweep; save rows (``<figures>/abadi2016_sweeps.*``) and the statements.
 
@@ -336,11 +337,16 @@ def compute(
     run store); ``deadline`` (a ``time.time()`` value) stops the runs early. ``executor`` (None
     or ``"local"``: here, one model after another) trains the models at once through
     :func:`dpcore.runs.run_many` into the run store (used then whatever the profile), and the
-    results are read back from it: the same rows.
+    results are read back from it: the same rows. ``hardware`` replaces the saved description
+    of what trained the runs (default: this process's device and spread) when the stored runs
+    were trained elsewhere, or in parts on several machines (the store does not record it).
 
     Raises:
-        InvalidParameterError: ``executor`` is not a valid choice (before anything runs).
+        InvalidParameterError: ``executor`` is not a valid choice, or ``hardware`` is empty
+            (before anything runs).
     """
+    if hardware is not None and not (isinstance(hardware, str) and hardware.strip()):
+        raise InvalidParameterError("hardware", "a non-empty description", hardware)
     config = profile_config(PROFILES, profile, config)
     if isinstance(executor, str):
         executor = parse_executor(executor)
@@ -360,7 +366,7 @@ def compute(
     atomic_write_text(statements, text)
     extra = {
         "seed": config.seed,
-        "hardware": f"{hardware_label(default_device())}, {spread(executor)}",
+        "hardware": hardware or f"{hardware_label(default_device())}, {spread(executor)}",
         "torch": torch.__version__,
         **output.provenance_of_runs(*CODE_MODULES),
         "wall_time_s": round(time.perf_counter() - start, 1),

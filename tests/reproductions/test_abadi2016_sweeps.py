@@ -237,6 +237,21 @@ def test_the_longest_runs_are_submitted_first(tmp_path: Path) -> None:
     assert axes == [("lot", 10), ("lot", 20), ("random", 4), ("lot", 40)]
 
 
+def test_the_saved_hardware_is_this_process_unless_given(tmp_path: Path) -> None:
+    config = dataclasses.replace(TINY, pca_dims=(), hidden_units=(), lot_sizes=(20,))
+    here = Output.under(tmp_path / "here")
+    sweeps.compute(config=config, output=here)
+    assert here.load_results("abadi2016_sweeps")["hardware"].endswith(
+        "CPU, one run after another, in this process"
+    )
+    told = Output.under(tmp_path / "told")
+    sweeps.compute(config=config, output=told, hardware="a GPU, then a CPU")
+    assert told.load_results("abadi2016_sweeps")["hardware"] == "a GPU, then a CPU"
+    with pytest.raises(InvalidParameterError, match="hardware"):
+        sweeps.compute(config=config, output=Output.under(tmp_path / "x"), hardware=" ")
+    assert not (tmp_path / "x").exists()
+
+
 def test_a_bad_executor_is_refused_before_anything_runs(tmp_path: Path) -> None:
     with pytest.raises(InvalidParameterError, match="executor"):
         sweeps.compute(config=TINY, output=Output.under(tmp_path), executor="threads:2")
