@@ -113,12 +113,15 @@ class OperationCall:
         func: the torch function called.
         args, kwargs: its arguments, as called.
         result: what it returned.
+        version: the result's version counter when it was returned (-1 if not a tensor), so
+            that an in-place write to it later in the layer's call shows.
     """
 
     func: Any
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     result: Any
+    version: int = -1
 
     @property
     def name(self) -> str:
@@ -238,7 +241,8 @@ class BatchDataflow(TorchFunctionMode):
             and _tensors(result)  # not a shape, dtype or device read
             and any(self._is_parameter(t) for t in _tensors((args, kwargs)))
         ):
-            self._frames[-1].append(OperationCall(func, args, kwargs, result))
+            version = result._version if isinstance(result, torch.Tensor) else -1
+            self._frames[-1].append(OperationCall(func, args, kwargs, result, version))
         data = args[:1] if func in _SHAPE_ONLY_SECOND else (args, kwargs)
         operands = _tensors(data)
         if not operands:

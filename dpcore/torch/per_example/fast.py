@@ -18,8 +18,9 @@ Embedding, LayerNorm, GroupNorm, RMSNorm and their subclasses, transformers' ``C
 are to the handled operation (``F.linear``, ``torch.addmm``, ``F.conv2d``, ``F.layer_norm``, ...),
 or batch-independently and meeting the examples through ``+``, ``-``, ``*`` or
 ``torch.cat`` (:mod:`dpcore.torch.per_example.independent`), or both (tied weights); layers called
-on example data are batch-first; a recorded tensor is not modified in place. Anything else is
-refused with the parameter's name, and ``engine="auto"`` then trains on
+on example data are batch-first. A layer whose output or input the forward later writes in place
+(``nn.ReLU(inplace=True)``, ``x += shortcut``) keeps a copy of it. Anything else is refused with
+the parameter's name, and ``engine="auto"`` then trains on
 :class:`~dpcore.torch.per_example.vmap.VmapEngine`.
 """
 
@@ -130,6 +131,15 @@ class _Layer:
     trainable: dict[str, nn.Parameter]
     calls: list[tuple[LayerCall, tuple[int, ...]]] = dataclasses.field(default_factory=list)
     batched: list[bool] = dataclasses.field(default_factory=list)
+    #: Set once a forward wrote in place to this layer's output (``nn.ReLU(inplace=True)``,
+    #: ``x += shortcut``): the layer then hands a copy downstream, keeping its output intact.
+    copy_output: bool = False
+    #: Set once a forward wrote in place to a tensor this layer saved (its input): saved copies.
+    copy_saved: bool = False
+
+
+class _WrittenInPlaceError(Exception):
+    """A forward wrote in place to a recorded tensor; the layers are now set to copy it."""
 
 
 def _plan(model: nn.Module) -> list[_Layer]:
@@ -363,15 +373,29 @@ class FastEngine(PerExampleEngine):
         args: Any,
         kwargs: Any,
         output: Any,
-    ) -> None:
+    ) -> Any:
         if layer.batched.pop():
             operations = dataflow.exit_layer()
             if layer.handler.operations:
                 operation = _operation(layer, operations, self._names)
+                result = operation.result
+                if isinstance(result, torch.Tensor) and result._version != operation.version:
+                    raise mismatch(
+                        f"Module {layer.path!r} ({type(layer.module).__name__}) writes in place "
+                        f"to the result of {operation.name} within its own call, so the gradient "
+                        "of that result is lost. Use VmapEngine (exact, any module) instead.",
+                        [self._names[id(p)] for p in layer.trainable.values()],
+                    )
                 call = layer.handler.capture_operation(module, operation, output)
             else:
                 call = layer.handler.capture(module, args, kwargs, output)
+            if layer.copy_saved:
+                copies = tuple(s.clone() if isinstance(s, torch.Tensor) else s for s in call.saved)
+                call = LayerCall(copies, call.target)
             layer.calls.append((call, _versions(call)))
+            if layer.copy_output and call.target is output:
+                return output.clone()  # in-place writes downstream land on the copy
+        return None
 
     def _forward(
         self, inputs: Batch, targets: Batch, loss_fn: LossFunction
@@ -396,7 +420,21 @@ class FastEngine(PerExampleEngine):
     def _pass(
         self, inputs: Batch, targets: Batch, loss_fn: LossFunction, *, reference: bool
     ) -> _Pass:
-        """Forward, one backward to the recorded tensors, and every parameter's term."""
+        """Forward, one backward to the recorded tensors, and every parameter's term.
+
+        A forward that writes in place to a recorded tensor (``nn.ReLU(inplace=True)`` after a
+        layer, a residual ``x += shortcut``) sets the layer to keep a copy, and runs again: once
+        per layer and kind of tensor, usually on the first trial lot only.
+        """
+        while True:
+            try:
+                return self._pass_once(inputs, targets, loss_fn, reference=reference)
+            except _WrittenInPlaceError:
+                continue
+
+    def _pass_once(
+        self, inputs: Batch, targets: Batch, loss_fn: LossFunction, *, reference: bool
+    ) -> _Pass:
         size = batch_size(inputs)
         try:
             outputs, losses, dataflow = self._forward(inputs, targets, loss_fn)
@@ -565,12 +603,20 @@ class FastEngine(PerExampleEngine):
         for layer in self._layers:
             owned = [self._names[id(p)] for p in layer.trainable.values()]
             for call, versions in layer.calls:
-                if _versions(call) != versions:
+                now = _versions(call)
+                if now != versions:
+                    output_written, saved_written = now[0] != versions[0], now[1:] != versions[1:]
+                    if (output_written and not layer.copy_output) or (
+                        saved_written and not layer.copy_saved
+                    ):
+                        layer.copy_output |= output_written
+                        layer.copy_saved |= saved_written
+                        raise _WrittenInPlaceError
                     raise mismatch(
                         f"A tensor of module {layer.path!r} ({type(layer.module).__name__}) was "
-                        "modified in place after its forward (e.g. nn.ReLU(inplace=True)), so its "
-                        "recorded activations or output gradient would be wrong. Use "
-                        "inplace=False after supported layers, or VmapEngine.",
+                        "modified in place after its forward, inside the module, where the fast "
+                        "path cannot keep a copy, so its recorded activations or output gradient "
+                        "would be wrong. Use VmapEngine instead.",
                         owned,
                     )
                 if call.target.dim() < 1 or call.target.shape[0] != size:

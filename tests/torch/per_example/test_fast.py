@@ -7,6 +7,7 @@ from collections.abc import Callable
 import pytest
 import torch
 from torch import nn
+from torch.nn import functional
 
 from dpcore.errors import InvalidParameterError
 from dpcore.torch.errors import IncompatibleModelError, NonFiniteGradientError
@@ -198,10 +199,92 @@ def test_unfrozen_identity_and_sparse_embedding_are_rejected() -> None:
         FastEngine(sparse, max_grad_norm=1.0)
 
 
-def test_inplace_modification_and_non_batch_first_are_rejected() -> None:
-    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(inplace=True), nn.Linear(4, 2))
+class _InPlaceResidual(nn.Module):
+    """A ResNet-style block: in-place ReLU after a conv, a norm and a linear layer, and
+    ``out += shortcut`` on a norm's output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        double = {"dtype": torch.float64}
+        self.conv1 = nn.Conv2d(2, 2, 3, padding=1, **double)
+        self.norm1 = nn.GroupNorm(1, 2, **double)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(2, 2, 3, padding=1, **double)
+        self.norm2 = nn.GroupNorm(2, 2, **double)
+        self.first = nn.Linear(18, 5, **double)
+        self.second = nn.Linear(5, 5, **double)
+        self.head = nn.Linear(5, 3, **double)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        shortcut = images
+        out = self.relu(self.conv1(images))
+        out = self.relu(self.norm1(out))
+        out = self.norm2(self.conv2(out))
+        out += shortcut
+        out = self.relu(out)
+        return self.head(self.second(self.relu(self.first(out.flatten(1)))))
+
+    def make_batch(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        generator = torch.Generator().manual_seed(batch_size)
+        images = torch.randn(batch_size, 2, 3, 3, generator=generator, dtype=torch.float64)
+        return images, torch.randint(0, 3, (batch_size,), generator=generator)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_in_place_writes_after_recorded_layers_stay_exact(strategy: str) -> None:
+    torch.manual_seed(4)
+    model = _InPlaceResidual()
+    check_against_loop(model, batch_size=7, norm_strategy=strategy)
     engine = FastEngine(model, max_grad_norm=1.0)
-    with pytest.raises(IncompatibleModelError, match=r"'0'.*in place"):
+    engine.prepare(*model.make_batch(8), CROSS_ENTROPY)
+    copied = {layer.path for layer in engine._layers if layer.copy_output}
+    assert copied == {"conv1", "norm1", "norm2", "first"}
+    assert not any(layer.copy_saved for layer in engine._layers)
+
+
+class _WritesInputAfterUse(nn.Module):
+    """Writes in place to a layer's input after the call (legal for autograd: the layer's
+    weight is frozen, so autograd kept no reference to the input)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shift = nn.Linear(4, 4, dtype=torch.float64)
+        self.shift.weight.requires_grad_(False)
+        self.head = nn.Linear(4, 3, dtype=torch.float64)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        hidden = torch.tanh(inputs)
+        shifted = self.shift(hidden)
+        hidden.mul_(2.0)
+        return self.head(shifted * hidden)
+
+    def make_batch(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        generator = torch.Generator().manual_seed(batch_size)
+        inputs = torch.randn(batch_size, 4, generator=generator, dtype=torch.float64)
+        return inputs, torch.randint(0, 3, (batch_size,), generator=generator)
+
+
+def test_a_layer_whose_input_is_written_after_its_call_keeps_a_copy() -> None:
+    torch.manual_seed(5)
+    model = _WritesInputAfterUse()
+    check_against_loop(model, batch_size=7)
+    engine = FastEngine(model, max_grad_norm=1.0)
+    engine.prepare(*model.make_batch(8), CROSS_ENTROPY)
+    assert [(layer.path, layer.copy_saved) for layer in engine._layers] == [
+        ("shift", True),
+        ("head", False),
+    ]
+
+
+class _ReluInside(nn.Linear):
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        return functional.linear(inputs, self.weight, self.bias).relu_()
+
+
+def test_inplace_write_inside_a_layer_and_non_batch_first_are_rejected() -> None:
+    model = nn.Sequential(_ReluInside(3, 4), nn.Linear(4, 2))
+    engine = FastEngine(model, max_grad_norm=1.0)
+    with pytest.raises(IncompatibleModelError, match=r"'0'.*writes in place"):
         engine.clipped_sum(torch.randn(4, 3), torch.tensor([0, 1, 0, 1]), CROSS_ENTROPY)
 
     class TimeFirst(nn.Module):
