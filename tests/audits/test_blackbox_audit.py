@@ -146,6 +146,9 @@ def test_soundness_record_counts_exceedances(
     assert result["p_value"] == pytest.approx(stats.binom.sf(over - 1, 3, 0.05))
     saved = json.loads((tmp_path / "blackbox_soundness.json").read_text())
     assert saved[0]["exceedances"] == over
+    audit.run(chosen=Profile("tiny", ((TINY, 8),), epsilons=(1.0,)), progress=False)
+    report.write_report()
+    assert f"in {over} of 3" in (tmp_path / "blackbox.md").read_text()
     with pytest.raises(InvalidParameterError):
         soundness(TINY, 1.0, 8, 0, progress=False)
 
