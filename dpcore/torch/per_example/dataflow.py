@@ -13,8 +13,13 @@ is the rule ``torch.func.vmap`` uses to decide which tensors carry the vmapped d
 Where an independent tensor ``u`` meets batched data in one operation (``x + pos``,
 ``torch.cat([cls, x], 1)``), the operation is recorded as a :class:`Meeting`: example i's
 gradient with respect to ``u`` is that operation's output gradient restricted to example i and
-pulled back through the operation (:mod:`dpcore.torch.per_example.independent`). Meetings through
-other operations (``x @ W``, ``F.multi_head_attention_forward``) are recorded as unsupported, and
+pulled back through the operation (:mod:`dpcore.torch.per_example.independent`). ``F.linear(x,
+w, b)`` on example data with an independent weight or bias (a parameter used functionally, a
+weight computed from parameters, a slice of ``nn.MultiheadAttention``'s packed projection) is a
+meeting too, with the exact rules of a Linear layer (:mod:`dpcore.torch.per_example.
+linear_meetings`). ``F.multi_head_attention_forward`` on example data is computed from the
+operations it is made of (:mod:`dpcore.torch.per_example.attention`), so that its projections
+are such calls. Meetings through other operations (``x @ W``) are recorded as unsupported, and
 the fast path refuses the parameters involved by name.
 
 Only data flow is followed here: whether batched rows really belong to one example each (no
@@ -30,10 +35,21 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
+from torch.nn import functional
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
-__all__ = ["ADDITIVE", "CONCATENATE", "MULTIPLICATIVE", "BatchDataflow", "Meeting", "OperationCall"]
+from dpcore.torch.per_example.attention import decomposable, multi_head_attention
+
+__all__ = [
+    "ADDITIVE",
+    "CONCATENATE",
+    "LINEAR",
+    "MULTIPLICATIVE",
+    "BatchDataflow",
+    "Meeting",
+    "OperationCall",
+]
 
 T = torch.Tensor
 ADDITIVE = {
@@ -53,6 +69,9 @@ ADDITIVE = {
 """Binary ``a ± b`` operations, with the sign of the second operand (``alpha`` multiplies it)."""
 MULTIPLICATIVE = frozenset({torch.mul, T.mul, T.__mul__, T.__rmul__, T.__imul__, T.mul_})
 CONCATENATE = frozenset({torch.cat, torch.concat, torch.concatenate})
+LINEAR = frozenset({functional.linear})
+"""``F.linear(x, weight, bias)``: meets the examples in ``x`` (batched, at least 2-D) through an
+independent 2-D ``weight`` and/or ``bias``, passed by position."""
 _EXPANSIONS = frozenset({T.expand, T.expand_as, torch.broadcast_to, T.broadcast_to})
 _SHAPE_ONLY_SECOND = frozenset({T.expand_as, T.view_as, T.reshape_as, T.type_as})
 _CONSTANT_RESULTS = frozenset(
@@ -233,6 +252,13 @@ class BatchDataflow(TorchFunctionMode):
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
+        if (
+            func is functional.multi_head_attention_forward
+            and any(self.is_batched(t) for t in _tensors((args[:3], kwargs)))
+            and decomposable(args, kwargs)
+        ):
+            with self:  # its operations, one by one (this mode is off inside this method)
+                return multi_head_attention(*args, **kwargs)
         result = func(*args, **kwargs)
         if func in _CONSTANT_RESULTS:
             return result
@@ -291,9 +317,26 @@ class BatchDataflow(TorchFunctionMode):
             isinstance(result, torch.Tensor)
             and len(positions) == len(differentiable)
             and not any(item is result for _, item in positions)  # in place on the table itself
-            and (func in ADDITIVE or func in MULTIPLICATIVE or func in CONCATENATE)
+            and (
+                func in ADDITIVE
+                or func in MULTIPLICATIVE
+                or func in CONCATENATE
+                or (func in LINEAR and _linear_meets(args, positions))
+            )
         )
         output = result if isinstance(result, torch.Tensor) else torch.empty(0)
         self.meetings.append(
             Meeting(func, args, kwargs, output, positions, parameters, supported, output._version)
         )
+
+
+def _linear_meets(args: tuple[Any, ...], positions: tuple[tuple[int, torch.Tensor], ...]) -> bool:
+    """``F.linear(x, w, b)`` with batched ``x`` (>= 2-D) and independent ``w`` (2-D) or ``b``."""
+    return (
+        len(args) >= 2
+        and isinstance(args[0], torch.Tensor)
+        and args[0].dim() >= 2
+        and isinstance(args[1], torch.Tensor)
+        and args[1].dim() == 2
+        and all(k in (1, 2) for k, _ in positions)
+    )

@@ -17,10 +17,14 @@ Embedding, LayerNorm, GroupNorm, RMSNorm and their subclasses, transformers' ``C
 :class:`~dpcore.torch.layers.DPLSTM`) called on example data, which passes its parameters as they
 are to the handled operation (``F.linear``, ``torch.addmm``, ``F.conv2d``, ``F.layer_norm``, ...),
 or batch-independently and meeting the examples through ``+``, ``-``, ``*`` or
-``torch.cat`` (:mod:`dpcore.torch.per_example.independent`), or both (tied weights); layers called
-on example data are batch-first. A layer whose output or input the forward later writes in place
-(``nn.ReLU(inplace=True)``, ``x += shortcut``) keeps a copy of it. Anything else is refused with
-the parameter's name, and ``engine="auto"`` then trains on
+``torch.cat`` (:mod:`dpcore.torch.per_example.independent`) or as the weight or bias of an
+``F.linear`` call on example data, as they are or computed from parameters
+(:mod:`dpcore.torch.per_example.linear_meetings`), or several of these (tied weights); layers
+called on example data are batch-first. ``nn.MultiheadAttention`` (and torch's transformer layers)
+is taken as its projections and the parameter-free attention between them
+(:mod:`dpcore.torch.per_example.attention`). A layer whose output or input the forward later
+writes in place (``nn.ReLU(inplace=True)``, ``x += shortcut``) keeps a copy of it. Anything else
+is refused with the parameter's name, and ``engine="auto"`` then trains on
 :class:`~dpcore.torch.per_example.vmap.VmapEngine`.
 """
 
@@ -62,6 +66,7 @@ from dpcore.torch.per_example.layer_handlers import (
     ParameterTerm,
     materialized_term,
 )
+from dpcore.torch.per_example.linear_meetings import linear_terms
 from dpcore.torch.per_example.sequence_handlers import EmbeddingHandler, IdentityInputLSTMHandler
 from dpcore.torch.per_example.trial import (
     autocast_dtype,
@@ -463,6 +468,10 @@ class FastEngine(PerExampleEngine):
                         name = self._names[id(layer.trainable[term.name])]
                         found.setdefault(name, []).append(term)
             parameters = dict(self.named_parameters)
+            for name, listed in linear_terms(
+                dataflow.meetings, backprops, dataflow, parameters, strategy=self.norm_strategy
+            ).items():
+                found.setdefault(name, []).extend(listed)
             for name, rows in independent_rows(
                 dataflow.meetings, backprops, dataflow, parameters
             ).items():
@@ -632,10 +641,13 @@ class FastEngine(PerExampleEngine):
             targets[id(meeting.output)] = meeting.output
         tensors = list(targets.values())
         needed = [t for t in tensors if t.requires_grad]
-        # The graph is kept only for batch-independent parameters, whose per-example gradients are
-        # pulled back through it afterwards; otherwise its buffers are freed now (peak memory).
+        # The graph is kept only for tensors computed from parameters that meet the examples, whose
+        # per-example gradients are pulled back through it afterwards; otherwise its buffers are
+        # freed now (peak memory).
+        parameters = {id(p) for p in self.parameters}
+        computed = any(id(t) not in parameters for m in meetings for _, t in m.operands)
         gradients = torch.autograd.grad(
-            losses.sum(), needed, allow_unused=True, retain_graph=bool(meetings)
+            losses.sum(), needed, allow_unused=True, retain_graph=computed
         )
         found = {id(t): g for t, g in zip(needed, gradients, strict=True)}
         result = {}

@@ -34,11 +34,12 @@ from dpcore.torch.errors import IncompatibleModelError
 from dpcore.torch.per_example.dataflow import (
     ADDITIVE,
     CONCATENATE,
+    LINEAR,
     BatchDataflow,
     Meeting,
 )
 
-__all__ = ["independent_rows", "refuse_unsupported"]
+__all__ = ["independent_rows", "pull_back", "refuse_unsupported"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,8 +68,9 @@ def refuse_unsupported(meetings: Sequence[Meeting], batch_size: int) -> None:
         if not meeting.supported:
             problem = (
                 f"meet the lot's examples in {meeting.name}, which the fast path has no "
-                "per-example rule for (it has rules for +, -, * and torch.cat, and handlers for "
-                "Linear, Conv1d, Conv2d, Embedding, LayerNorm, GroupNorm, RMSNorm and DPLSTM)"
+                "per-example rule for (it has rules for +, -, *, torch.cat and F.linear, and "
+                "handlers for Linear, Conv1d, Conv2d, Embedding, LayerNorm, GroupNorm, RMSNorm "
+                "and DPLSTM)"
             )
         elif meeting.output.dim() < 1 or meeting.output.shape[0] != batch_size:
             problem = (
@@ -154,10 +156,19 @@ def _dense(rows: _Rows) -> torch.Tensor:
     return dense
 
 
-def _pull_back(
+def pull_back(
     tensor: torch.Tensor, rows: torch.Tensor, parameters: Sequence[nn.Parameter]
 ) -> list[torch.Tensor | None]:
-    """``(n, *p.shape)`` per-example gradients of ``parameters`` through ``tensor``'s graph."""
+    """``(n, *p.shape)`` per-example gradients of ``parameters`` through ``tensor``'s graph.
+
+    Args:
+        tensor: computed from ``parameters`` (and constants) only, its graph retained.
+        rows: ``(n, *tensor.shape)``, example i's gradient with respect to ``tensor``.
+        parameters: the parameters to pull back to.
+
+    Returns:
+        per parameter, its ``(n, *shape)`` rows, or ``None`` when ``tensor`` does not use it.
+    """
     try:
         return list(
             torch.autograd.grad(
@@ -195,7 +206,8 @@ def independent_rows(
     """Per-example gradients ``(n, *shape)`` of the parameters reached through ``meetings``.
 
     Args:
-        meetings: supported meetings (see :func:`refuse_unsupported`).
+        meetings: supported meetings (see :func:`refuse_unsupported`); ``F.linear`` meetings
+            are skipped (:mod:`~dpcore.torch.per_example.linear_meetings` takes them).
         backprops: ``id(meeting.output) -> d(sum_i loss_i)/d output``.
         dataflow: the forward's :class:`BatchDataflow` (for expansions and sources).
         parameters: trainable parameters by name.
@@ -203,6 +215,8 @@ def independent_rows(
     found: dict[str, torch.Tensor] = {}
     by_id = {id(p): name for name, p in parameters.items()}
     for meeting in meetings:
+        if meeting.func in LINEAR:  # dpcore.torch.per_example.linear_meetings
+            continue
         backprop = backprops[id(meeting.output)]
         for position, operand in meeting.operands:
             rows = _operand_rows(meeting, position, operand, backprop)
@@ -217,7 +231,7 @@ def independent_rows(
                 gradients: list[torch.Tensor | None] = [dense]
             else:
                 names = sorted(dataflow.sources(rows.tensor))
-                gradients = _pull_back(rows.tensor, dense, [parameters[n] for n in names])
+                gradients = pull_back(rows.tensor, dense, [parameters[n] for n in names])
             for name, gradient in zip(names, gradients, strict=True):
                 if gradient is not None:
                     found[name] = found[name] + gradient if name in found else gradient

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -160,25 +161,28 @@ def test_reused_linear_is_handled_exactly() -> None:
     check_against_loop(model)
 
 
-class _SelfAttention(nn.Module):
+class _MatmulMixer(nn.Module):
+    """Mixes features by ``x @ W`` on a parameter (an operation without a per-example rule)."""
+
     def __init__(self) -> None:
         super().__init__()
         self.embed = nn.Linear(4, 4, dtype=torch.float64)
-        self.attention = nn.MultiheadAttention(4, 2, batch_first=True, dtype=torch.float64)
+        self.mixer = nn.Module()
+        self.mixer.weight = nn.Parameter(torch.randn(4, 4, dtype=torch.float64))
         self.head = nn.Linear(4, 2, dtype=torch.float64)
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        hidden = self.embed(inputs)
-        return self.head(self.attention(hidden, hidden, hidden)[0].mean(1))
+        hidden = self.embed(inputs) @ self.mixer.weight
+        return self.head(hidden.mean(1))
 
 
 def test_unsupported_layers_name_the_parameter_at_the_first_lot() -> None:
     inputs = torch.randn(5, 3, 4, dtype=torch.float64)
     targets = torch.tensor([0, 1, 0, 1, 1])
-    engine = FastEngine(_SelfAttention(), max_grad_norm=1.0)  # decided on the data flow
-    with pytest.raises(IncompatibleModelError, match=r"attention\.in_proj_weight.*VmapEngine"):
+    engine = FastEngine(_MatmulMixer(), max_grad_norm=1.0)  # decided on the data flow
+    with pytest.raises(IncompatibleModelError, match=r"mixer\.weight.*VmapEngine"):
         engine.clipped_sum(inputs, targets, CROSS_ENTROPY)
-    assert not fast_path_supports(_SelfAttention())
+    assert not fast_path_supports(_MatmulMixer())
     lstm = nn.Sequential(nn.Embedding(6, 3), nn.LSTM(3, 3, batch_first=True))
     tokens = torch.randint(0, 6, (5, 4))
     with pytest.raises(IncompatibleModelError, match=r"1\.weight_ih_l0"):
@@ -346,8 +350,37 @@ def test_hooks_are_removed_and_model_still_trains_normally() -> None:
     assert all(p.grad is not None for p in model.parameters())
 
 
+class _HiddenProduct(torch.autograd.Function):
+    """``x @ w.T`` whose forward reads ``w`` detached: the data flow sees no use of ``w``, and
+    only the function's own backward gives it gradient."""
+
+    @staticmethod
+    def forward(ctx: Any, inputs: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(inputs, weight)
+        return inputs @ weight.detach().t()
+
+    @staticmethod
+    def backward(ctx: Any, gradient: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        inputs, weight = ctx.saved_tensors
+        return gradient @ weight, gradient.t() @ inputs
+
+
+class _HiddenReuse(nn.Module):
+    """Uses its child's weight both through the child and in an operation the data flow cannot
+    see (hooks and meetings see one use)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = nn.Linear(4, 4, dtype=torch.float64)
+        self.head = nn.Linear(4, 2, dtype=torch.float64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = self.inner(x) + _HiddenProduct.apply(x, self.inner.weight)
+        return self.head(torch.tanh(hidden))
+
+
 class _FunctionalReuse(nn.Module):
-    """Uses its child's weight both through the child and functionally (hooks see one use)."""
+    """Uses its child's weight both through the child and by ``F.linear`` (summed, exact)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -358,15 +391,24 @@ class _FunctionalReuse(nn.Module):
         hidden = self.inner(x) + torch.nn.functional.linear(x, self.inner.weight)
         return self.head(torch.tanh(hidden))
 
+    def make_batch(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        generator = torch.Generator().manual_seed(batch_size)
+        inputs = torch.randn(batch_size, 4, generator=generator, dtype=torch.float64)
+        return inputs, torch.randint(0, 2, (batch_size,), generator=generator)
+
 
 def test_first_lot_verification_catches_gradient_the_hooks_miss() -> None:
-    model = _FunctionalReuse()
+    model = _HiddenReuse()
     generator = torch.Generator().manual_seed(0)
     inputs = torch.randn(6, 4, generator=generator, dtype=torch.float64)
     targets = torch.randint(0, 2, (6,), generator=generator)
     loss_fn = nn.CrossEntropyLoss(reduction="none")
     with pytest.raises(IncompatibleModelError, match=r"'inner\.weight'.*VmapEngine"):
         FastEngine(model, max_grad_norm=1.0).clipped_sum(inputs, targets, loss_fn)
+
+
+def test_a_weight_used_through_its_layer_and_functionally_is_exact() -> None:
+    check_against_loop(_FunctionalReuse())
 
 
 def test_verification_runs_once_and_passes_on_supported_models() -> None:

@@ -26,9 +26,6 @@ from tests.torch.zoo import ZOO, ZooModel, lot_sizes
 CROSS_ENTROPY = nn.CrossEntropyLoss(reduction="none")
 TOLERANCE = 1e-10
 
-#: The models the fast path must keep (transformer-style blocks included); the rest go to vmap.
-FAST = set(ZOO) - {"attention_mha"}
-
 
 def _model(name: str) -> ZooModel:
     torch.manual_seed(0)
@@ -62,13 +59,6 @@ def _assert_matches_loop(engine: PerExampleEngine, model: ZooModel, size: int) -
 @pytest.mark.parametrize("engine", ["fast", "vmap"])
 def test_exact_engines_match_the_loop_at_every_lot_size(name: str, engine: str) -> None:
     model = _model(name)
-    if engine == "fast" and name not in FAST:
-        with pytest.raises(IncompatibleModelError) as refused:
-            _prepared(model, engine)
-        names = refused.value.parameters  # type: ignore[attr-defined]
-        assert names and all(n in dict(model.named_parameters()) for n in names)
-        assert names[0] in str(refused.value)
-        return
     prepared = _prepared(model, engine)
     for size in lot_sizes(model):
         _assert_matches_loop(prepared, model, size)
@@ -113,7 +103,7 @@ def test_jl_projections_and_weighted_sums_match_the_loop(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(ZOO))
 def test_auto_chooses_once_and_trains_through_poisson_lots(name: str) -> None:
-    """``auto`` keeps the fast path where it is exact, else vmap with a notice; 30 Poisson steps."""
+    """``auto`` keeps the fast path on every zoo model (no fallback notice); 30 Poisson steps."""
     model = _model(name)
     inputs, targets = model.make_batch(24, seed=3)
     with warnings.catch_warnings(record=True) as caught:
@@ -131,10 +121,8 @@ def test_auto_chooses_once_and_trains_through_poisson_lots(name: str) -> None:
         )
     notices = [w for w in caught if issubclass(w.category, EngineFallbackWarning)]
     assert isinstance(trainer.engine, AutoEngine)
-    assert trainer.engine.name == ("fast" if name in FAST else "vmap")
-    assert len(notices) == (0 if name in FAST else 1)
-    if notices:
-        assert "attention.in_proj" in str(notices[0].message)
+    assert trainer.engine.name == "fast"
+    assert not notices
     results = trainer.train(steps=30, delta=1e-5, progress=False)
     sizes = {r.lot_size for r in results}
     assert len(results) == 30 and len(sizes) > 3  # varied Poisson lots, empty ones allowed
