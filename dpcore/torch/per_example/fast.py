@@ -38,7 +38,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_leaves
 
 from dpcore.errors import InvalidParameterError
 from dpcore.torch.batches import Batch, batch_size, call_model, detached, tensors
@@ -53,7 +52,7 @@ from dpcore.torch.per_example.base import (
     clip_factors,
     per_example_losses,
 )
-from dpcore.torch.per_example.dataflow import BatchDataflow, Meeting, OperationCall
+from dpcore.torch.per_example.dataflow import BatchDataflow, Meeting, OperationCall, tensors_in
 from dpcore.torch.per_example.independent import independent_rows, refuse_unsupported
 from dpcore.torch.per_example.layer_handlers import (
     AddmmHandler,
@@ -356,7 +355,7 @@ class FastEngine(PerExampleEngine):
     def _before(
         self, layer: _Layer, dataflow: BatchDataflow, module: nn.Module, args: Any, kwargs: Any
     ) -> Any:
-        batched = any(dataflow.is_batched(t) for t in tree_leaves((args, kwargs)))
+        batched = any(dataflow.is_batched(t) for t in tensors_in((args, kwargs)))
         layer.batched.append(batched)
         if not batched:
             return None
