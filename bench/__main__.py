@@ -14,7 +14,10 @@ the executor only chooses where each cell is timed, alone, and every row names t
 (``hardware``). ``training_memory`` runs its methods' sweeps at once (each lot in its own
 worker under its own memory cap). ``audit_fanout`` (:mod:`bench.audit_fanout`) times one
 per-step audit in process, on one spawned process and on several: the executors are what it
-measures, so ``--executor`` does not apply to it.
+measures, so ``--executor`` does not apply to it. ``models`` (:mod:`bench.models`, needs
+transformers and peft: the ``bench`` dependency group) times library models (transformers,
+peft, ``nn.TransformerEncoder``) against Opacus and checks their per-example gradients; its
+``--quick`` profile measures two models, three repetitions.
 """
 
 from __future__ import annotations
@@ -89,6 +92,16 @@ def _tf_training(
     return tf_training.run(results_dir, quick=quick, executor=executor)
 
 
+def _models(
+    results_dir: Path, *, quick: bool, device: str, executor: str | None = None
+) -> list[dict[str, Any]]:
+    from bench import models  # imports torch, transformers and Opacus: only when asked for
+
+    if device != "cpu":
+        raise SystemExit("python -m bench models: CPU only for now")
+    return models.run(results_dir, quick=quick, executor=executor)
+
+
 def _audit_fanout(results_dir: Path, *, quick: bool, device: str) -> list[dict[str, Any]]:
     from bench import audit_fanout  # imports torch: only when asked for
 
@@ -104,9 +117,10 @@ BENCHMARKS: dict[str, Callable[..., list[dict[str, Any]]]] = {
     "audit_fanout": _audit_fanout,
     "distributed": _distributed,
     "tf_training": _tf_training,
+    "models": _models,
 }
 #: Benchmarks run by default only where their framework (a module) is installed.
-OPTIONAL = {"tf_training": "tensorflow"}
+OPTIONAL = {"tf_training": "tensorflow", "models": "transformers"}
 
 
 def default_names() -> list[str]:
@@ -144,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown benchmark(s) {unknown}; expected names in {sorted(BENCHMARKS)}")
     names = args.names or default_names()
     for name in [] if args.names else sorted(set(BENCHMARKS) - set(names)):
-        print(f"skipped {name}: {OPTIONAL[name]} is not installed (the tf extra)")
+        print(f"skipped {name}: {OPTIONAL[name]} is not installed")
     for name in names:
         run = BENCHMARKS[name]
         options: dict[str, Any] = {}

@@ -1,0 +1,590 @@
+"""The models people train (transformers, peft, torch's encoder, timm): dpcore against Opacus.
+
+For each model of :data:`bench.models_zoo.MODELS` whose library is installed (small configs,
+random weights, no download; a row whose library is missing says so, with no numbers), in one
+process, lot :data:`BATCH_SIZE`, float32, ``threads`` torch threads (1 by default):
+
+- **Step time** of four full optimizer steps on the same fixed lot, each on its own copy of the
+  model: ``nonprivate`` (forward, mean loss, backward, SGD step), ``dpcore`` (``engine="auto"``,
+  prepared on the lot's first 8 examples before timing; the row records the engine ``auto``
+  picked and any fallback warning; ``clipped_sum`` then ``DPOptimizer.step``), ``opacus_hooks``
+  and ``opacus_ghost`` (``PrivacyEngine.make_private`` with that ``grad_sample_mode``, see
+  :func:`bench.models_peers.opacus_step`). Each method takes :data:`WARMUP` untimed steps, then
+  the methods are timed *interleaved*: repetition r times one step of every method, starting
+  with method ``r mod 4`` so no method always runs first. A method that fails (building or
+  stepping) records its error class and the first line of its message, and no number.
+- **Ratios**: for each repetition, a method's step time over the non-private step's (or over
+  an Opacus step's, for ``dpcore_over_opacus_*``) of that same repetition; the row holds the
+  median over repetitions, beside each method's median step time.
+- **Exactness** in float64 on a lot of :data:`EXACTNESS_LOT` (the same weights): a
+  one-example-at-a-time autograd loop gives every example's gradient; dpcore's ``auto`` engine
+  must match its per-example norms and its clipped sum at C = the median loop norm (about half
+  the examples clipped), and Opacus' hooks' per-example gradients (``grad_sample``) must match
+  the loop's; each records its largest absolute difference, and ``exact`` when it is at most
+  :data:`TOLERANCE`. A peer's inexactness is a finding of the row.
+- **Opacus' fix**: ``ModuleValidator.fix`` (the replacement Opacus asks for before it trains a
+  model with layers its hooks do not support) is applied to a float64 copy and the outputs
+  compared on the exactness lot (:func:`bench.models_peers.fix_difference`); a fix that changes
+  the outputs is a finding.
+
+Results: ``models.json`` (the commit, machine, library versions, configuration and load
+average, and ``rows``: one per model, its headline numbers also as scalar fields,
+:func:`summary_fields`), written atomically after every model, and ``models.md``, the
+table made from it (:mod:`bench.models_table`). ``quick``: :data:`QUICK_REPETITIONS`
+repetitions of the :data:`QUICK_MODELS` only.
+
+With ``executor`` each model is a run of :func:`dpcore.runs.run_many` (:class:`ModelRun`,
+:func:`measure`) handed one at a time (:func:`dpcore.runs.one_at_a_time`): no two timings share
+a machine, and each row names the machine that timed it.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import datetime
+import json
+import os
+import statistics
+import time
+import warnings
+from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from bench import models_peers, models_table
+from bench.models_zoo import MODELS, SIZES, ModelRecipe, mean_loss, per_example_loss, recipe
+from dpcore.atomic import atomic_write_text
+from dpcore.errors import InvalidParameterError
+from dpcore.runs import ExecutorChoice, SupportsSubmit, machine, one_at_a_time, run_many
+from dpcore.runs.torch_cells import LEARNING_RATE, MAX_GRAD_NORM, NOISE_MULTIPLIER
+from dpcore.torch.batches import call_model, take
+from dpcore.torch.engines import make_engine
+from dpcore.torch.optimizers import DPOptimizer
+
+__all__ = [
+    "BATCH_SIZE",
+    "EXACTNESS_LOT",
+    "METHODS",
+    "QUICK_MODELS",
+    "QUICK_REPETITIONS",
+    "REPETITIONS",
+    "TOLERANCE",
+    "WARMUP",
+    "ModelRun",
+    "exactness",
+    "measure",
+    "run",
+    "save",
+]
+
+ROOT = Path(__file__).resolve().parents[1]
+BATCH_SIZE = 32
+REPETITIONS = 12
+QUICK_REPETITIONS = 3
+WARMUP = 2
+EXACTNESS_LOT = 5
+#: Largest absolute difference from the float64 loop counted as exact.
+TOLERANCE = 1e-9
+#: Examples of the lot ``auto`` chooses its engine on (before timing).
+TRIAL_EXAMPLES = 8
+METHODS = ("nonprivate", "dpcore", "opacus_hooks", "opacus_ghost")
+OPACUS_METHODS = ("opacus_hooks", "opacus_ghost")
+QUICK_MODELS = ("bert", "transformer_encoder")
+LOT_SEED = 1
+EXACTNESS_SEED = 2
+VERSIONED = ("torch", "transformers", "peft", "opacus", "timm")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelRun:
+    """One model's measurement, as a picklable spec for :func:`dpcore.runs.run_many`."""
+
+    model: str
+    repetitions: int = REPETITIONS
+    warmup: int = WARMUP
+    threads: int = 1
+
+
+def error_record(error: BaseException, stage: str) -> dict[str, Any]:
+    """``{"stage", "type", "message"}``: the error's class and the first line of its message
+    (``reasons``, the first line of each engine's reason, where the error lists them)."""
+    lines = str(error).strip().splitlines()
+    record: dict[str, Any] = {
+        "stage": stage,
+        "type": type(error).__name__,
+        "message": lines[0] if lines else "",
+    }
+    reasons = getattr(error, "reasons", None)
+    if isinstance(reasons, dict):
+        record["reasons"] = {
+            str(name): (str(reason).strip().splitlines() or [""])[0]
+            for name, reason in reasons.items()
+        }
+    return record
+
+
+def _trainable(model: nn.Module) -> list[nn.Parameter]:
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def _nonprivate_step(model: nn.Module, inputs: Any, targets: torch.Tensor) -> Callable[[], None]:
+    optimizer = torch.optim.SGD(_trainable(model), lr=LEARNING_RATE)
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        mean_loss(call_model(model, inputs), targets).backward()
+        optimizer.step()
+
+    return step
+
+
+def _dpcore_step(
+    model: nn.Module, inputs: Any, targets: torch.Tensor, facts: dict[str, Any]
+) -> Callable[[], None]:
+    """dpcore's step with ``engine="auto"``, prepared here; ``facts`` gets the engine's name
+    and the messages of the warnings ``auto`` gave while choosing."""
+    engine = make_engine(model, engine="auto", max_grad_norm=MAX_GRAD_NORM)
+    trial = slice(0, TRIAL_EXAMPLES)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        engine.prepare(take(inputs, trial), take(targets, trial), per_example_loss)
+    facts["engine"] = engine.name
+    facts["warnings"] = sorted(
+        {f"{w.category.__name__}: {(str(w.message).splitlines() or [''])[0]}" for w in caught}
+    )
+    optimizer = torch.optim.SGD(_trainable(model), lr=LEARNING_RATE)
+    private = DPOptimizer(
+        optimizer,
+        engine=engine,
+        noise_multiplier=NOISE_MULTIPLIER,
+        expected_batch_size=len(targets),
+    )
+
+    def step() -> None:
+        private.step(engine.clipped_sum(inputs, targets, per_example_loss))
+
+    return step
+
+
+def _build_steps(
+    model: nn.Module, inputs: Any, targets: torch.Tensor, facts: dict[str, dict[str, Any]]
+) -> dict[str, Callable[[], None]]:
+    """Every method's step on its own copy of ``model``; a method that cannot be built gets an
+    ``error`` in ``facts[method]`` and no step."""
+    steps: dict[str, Callable[[], None]] = {}
+    for method in METHODS:
+        own = copy.deepcopy(model)
+        try:
+            if method == "nonprivate":
+                steps[method] = _nonprivate_step(own, inputs, targets)
+            elif method == "dpcore":
+                steps[method] = _dpcore_step(own, inputs, targets, facts[method])
+            else:
+                steps[method] = models_peers.opacus_step(
+                    method.removeprefix("opacus_"),
+                    own,
+                    inputs,
+                    targets,
+                    noise_multiplier=NOISE_MULTIPLIER,
+                    max_grad_norm=MAX_GRAD_NORM,
+                    learning_rate=LEARNING_RATE,
+                )
+        except Exception as error:  # a peer's refusal is a result, not a crash
+            facts[method]["error"] = error_record(error, "build")
+    return steps
+
+
+def time_interleaved(
+    steps: dict[str, Callable[[], None]], *, repetitions: int, warmup: int
+) -> tuple[dict[str, list[float]], dict[str, dict[str, Any]]]:
+    """Warm every step up, then time them interleaved (:mod:`bench.models`' module doc).
+
+    Returns:
+        ``(seconds, errors)``: each method's step time per repetition (a method that failed
+        has none), and the error record of each method that failed (stage ``"step"``).
+    """
+    errors: dict[str, dict[str, Any]] = {}
+    live = dict(steps)
+    for method, step in steps.items():
+        try:
+            for _ in range(warmup):
+                step()
+        except Exception as error:
+            errors[method] = error_record(error, "step")
+            del live[method]
+    seconds: dict[str, list[float]] = {method: [] for method in live}
+    order = list(live)
+    for r in range(repetitions):
+        shift = r % len(order) if order else 0
+        for method in order[shift:] + order[:shift]:
+            if method not in live:  # failed in an earlier repetition
+                continue
+            started = time.perf_counter()
+            try:
+                live[method]()
+            except Exception as error:
+                errors[method] = error_record(error, "step")
+                del live[method]
+                seconds.pop(method)
+                continue
+            seconds[method].append(time.perf_counter() - started)
+    return seconds, errors
+
+
+def median_ratio(numerator: list[float], denominator: list[float]) -> float | None:
+    """Median over repetitions of ``numerator[r] / denominator[r]`` (None if either is empty)."""
+    pairs = [a / b for a, b in zip(numerator, denominator, strict=False) if b > 0]
+    return statistics.median(pairs) if pairs else None
+
+
+# ----------------------------------------------------------------------------- exactness
+
+
+def loop_gradients(
+    model: nn.Module, inputs: Any, targets: torch.Tensor
+) -> dict[str, list[torch.Tensor]]:
+    """Each example's gradient alone (plain autograd), by trainable parameter name."""
+    named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    found: dict[str, list[torch.Tensor]] = {name: [] for name, _ in named}
+    for i in range(len(targets)):
+        one = slice(i, i + 1)
+        loss = per_example_loss(call_model(model, take(inputs, one)), targets[one]).sum()
+        grads = torch.autograd.grad(loss, [p for _, p in named], allow_unused=True)
+        for (name, p), grad in zip(named, grads, strict=True):
+            found[name].append(torch.zeros_like(p) if grad is None else grad.detach())
+    return found
+
+
+def _norms(gradients: dict[str, list[torch.Tensor]], size: int) -> torch.Tensor:
+    return torch.stack(
+        [
+            torch.sqrt(sum((rows[i].double() ** 2).sum() for rows in gradients.values()))  # type: ignore[arg-type]
+            for i in range(size)
+        ]
+    )
+
+
+def _dpcore_exactness(
+    model: nn.Module, inputs: Any, targets: torch.Tensor, gradients: dict[str, list[torch.Tensor]]
+) -> dict[str, Any]:
+    size = len(targets)
+    engine = make_engine(model, engine="auto", max_grad_norm=1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        engine.prepare(inputs, targets, per_example_loss)
+    norms = _norms(gradients, size)
+    engine.max_grad_norm = float(norms.median())
+    lot = engine.clipped_sum(inputs, targets, per_example_loss)
+    factors = torch.clamp(engine.max_grad_norm / norms, max=1.0)
+    norm_difference = float((lot.norms - norms).abs().max())
+    sum_difference = 0.0
+    for (name, _), summed in zip(engine.named_parameters, lot.summed, strict=True):
+        expected = sum(float(c) * g for c, g in zip(factors, gradients[name], strict=True))
+        sum_difference = max(sum_difference, float((summed - expected).abs().max()))
+    largest = max(norm_difference, sum_difference)
+    return {
+        "engine": engine.name,
+        "norms_max_abs_diff": norm_difference,
+        "clipped_sum_max_abs_diff": sum_difference,
+        "max_abs_diff": largest,
+        "exact": largest <= TOLERANCE,
+        "error": None,
+    }
+
+
+def _opacus_exactness(
+    model: nn.Module, inputs: Any, targets: torch.Tensor, gradients: dict[str, list[torch.Tensor]]
+) -> dict[str, Any]:
+    recorded = models_peers.opacus_gradients(model, inputs, targets)
+    missing = sorted(name for name, sample in recorded.items() if sample is None)
+    wrong_shape = []
+    differences = {}
+    for name, sample in recorded.items():
+        expected = torch.stack(gradients[name])
+        if sample is None:
+            continue
+        if sample.shape != expected.shape:  # e.g. one row for a lot (an input without batch)
+            wrong_shape.append(f"{name} {list(sample.shape)} for {list(expected.shape)}")
+            continue
+        differences[name] = float((sample - expected).abs().max())
+    largest = max(differences.values(), default=0.0)
+    worst = sorted(differences, key=differences.__getitem__, reverse=True)
+    return {
+        "max_abs_diff": largest,
+        "worst_parameters": [name for name in worst[:3] if differences[name] > TOLERANCE],
+        "missing": missing,
+        "wrong_shape": wrong_shape,
+        "exact": largest <= TOLERANCE and not missing and not wrong_shape,
+        "error": None,
+    }
+
+
+def exactness(model_recipe: ModelRecipe) -> dict[str, Any]:
+    """dpcore's and Opacus' per-example gradients against the float64 loop, and Opacus' fix.
+
+    Returns:
+        ``{"lot", "dtype", "dpcore", "opacus_hooks", "opacus_fix"}``; a part that failed holds
+        its ``error`` record (stage ``"exactness"``) instead of numbers.
+    """
+    model = model_recipe.model(dtype=torch.float64)
+    inputs, targets = model_recipe.make_lot(EXACTNESS_LOT, EXACTNESS_SEED, torch.float64)
+    gradients = loop_gradients(model, inputs, targets)
+    result: dict[str, Any] = {"lot": EXACTNESS_LOT, "dtype": "float64", "tolerance": TOLERANCE}
+    parts: dict[str, Callable[[nn.Module], dict[str, Any]]] = {
+        "dpcore": lambda own: _dpcore_exactness(own, inputs, targets, gradients),
+        "opacus_hooks": lambda own: _opacus_exactness(own, inputs, targets, gradients),
+        "opacus_fix": lambda own: models_peers.fix_difference(own, inputs),
+    }
+    for part, check in parts.items():
+        try:
+            result[part] = check(copy.deepcopy(model))
+        except Exception as error:
+            result[part] = {"error": error_record(error, "exactness")}
+    return result
+
+
+def findings(row: dict[str, Any]) -> list[str]:
+    """What a row shows beyond its numbers: inexact per-example gradients, a fix that changes
+    the model's outputs, an engine ``auto`` fell back to."""
+    found = []
+    checks = row.get("exactness") or {}
+    for part, who in (("dpcore", "dpcore"), ("opacus_hooks", "Opacus hooks")):
+        check = checks.get(part) or {}
+        if check.get("exact") is not False:
+            continue
+        if check.get("missing") or check.get("wrong_shape"):
+            details = [f"{shape}" for shape in check.get("wrong_shape") or []]
+            details += [f"{name} none" for name in check.get("missing") or []]
+            found.append(
+                f"{who}: per-example gradients are not per example on a lot of "
+                f"{checks['lot']}: grad_sample of {'; '.join(details)} (the other parameters "
+                f"within {check['max_abs_diff']:.2g} of the loop)"
+            )
+        else:
+            worst = ", ".join(check.get("worst_parameters") or [])
+            found.append(
+                f"{who}: per-example gradients differ from the float64 loop by up to "
+                f"{check['max_abs_diff']:.3g}" + (f" (most in {worst})" if worst else "")
+            )
+    fix = checks.get("opacus_fix") or {}
+    difference = fix.get("max_abs_output_difference")
+    if difference is not None and difference > TOLERANCE:
+        found.append(
+            f"Opacus' ModuleValidator.fix replaces {', '.join(fix['replaced'])} by "
+            f"{', '.join(fix['replaced_by'])}; the outputs then differ by up to {difference:.3g}"
+        )
+    dpcore = row.get("methods", {}).get("dpcore", {})
+    if dpcore.get("engine") not in (None, "fast"):
+        found.append(f"engine='auto' picked {dpcore['engine']}")
+    return found
+
+
+# ----------------------------------------------------------------------------- one model
+
+
+def measure(run: ModelRun) -> dict[str, Any]:
+    """One model's row: timings, ratios, errors, exactness and findings (module doc).
+
+    Raises:
+        InvalidParameterError: ``run.model`` is not a model of :data:`MODELS`.
+    """
+    model_recipe = recipe(run.model)
+    row: dict[str, Any] = {
+        "model": model_recipe.name,
+        "title": model_recipe.title,
+        "library": model_recipe.library,
+        "batch_size": BATCH_SIZE,
+        "repetitions": run.repetitions,
+        "threads": run.threads,
+        "hardware": machine(),
+    }
+    if not model_recipe.installed():
+        row["status"] = f"not installed: {model_recipe.library}"
+        return row
+    previous = torch.get_num_threads()
+    torch.set_num_threads(run.threads)
+    # the peers' warnings (Opacus' hooks warn on every backward) are not results; dpcore's
+    # engine choice records its own (``warnings`` of the dpcore method)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return _measure(run, model_recipe, row)
+        finally:
+            torch.set_num_threads(previous)
+
+
+def _measure(run: ModelRun, model_recipe: ModelRecipe, row: dict[str, Any]) -> dict[str, Any]:
+    try:
+        model = model_recipe.model()
+    except Exception as error:  # e.g. a library version that refuses the config
+        row["status"] = "not built"
+        row["error"] = error_record(error, "build")
+        return row
+    inputs, targets = model_recipe.make_lot(BATCH_SIZE, LOT_SEED)
+    row["status"] = "measured"
+    row["trainable_parameters"] = sum(p.numel() for p in _trainable(model))
+    facts: dict[str, dict[str, Any]] = {method: {} for method in METHODS}
+    steps = _build_steps(model, inputs, targets, facts)
+    seconds, errors = time_interleaved(steps, repetitions=run.repetitions, warmup=run.warmup)
+    reference = seconds.get("nonprivate", [])
+    methods: dict[str, Any] = {}
+    for method in METHODS:
+        timed = seconds.get(method, [])
+        entry = {
+            "step_seconds": statistics.median(timed) if timed else None,
+            "ratio_to_nonprivate": (
+                median_ratio(timed, reference) if method != "nonprivate" and timed else None
+            ),
+            "error": facts[method].get("error") or errors.get(method),
+            **{key: value for key, value in facts[method].items() if key != "error"},
+        }
+        methods[method] = entry
+    row["methods"] = methods
+    row["dpcore_over"] = {
+        method: median_ratio(seconds.get("dpcore", []), seconds.get(method, []))
+        for method in OPACUS_METHODS
+    }
+    row["exactness"] = exactness(model_recipe)
+    row["findings"] = findings(row)
+    row.update(summary_fields(row))
+    return row
+
+
+def summary_fields(row: dict[str, Any]) -> dict[str, Any]:
+    """The row's headline numbers as scalar fields (what a generic table of the JSON shows):
+    the non-private step time, the engine ``auto`` picked, each method's ratio to non-private,
+    dpcore's ratios to Opacus, whether dpcore's and Opacus' per-example gradients are exact,
+    and the class of each method's error."""
+    methods = row["methods"]
+    checks = row["exactness"]
+    fields: dict[str, Any] = {
+        "nonprivate_step_seconds": methods["nonprivate"]["step_seconds"],
+        "engine": methods["dpcore"].get("engine"),
+    }
+    for method in METHODS[1:]:
+        fields[f"{method}_ratio"] = methods[method]["ratio_to_nonprivate"]
+    for method in OPACUS_METHODS:
+        fields[f"dpcore_over_{method}"] = row["dpcore_over"][method]
+    for part in ("dpcore", "opacus_hooks"):
+        fields[f"{part}_exact"] = checks[part].get("exact")
+    for method in METHODS:
+        error = methods[method]["error"]
+        fields[f"{method}_error"] = None if error is None else error["type"]
+    return fields
+
+
+# ----------------------------------------------------------------------------- the benchmark
+
+
+def versions() -> dict[str, str | None]:
+    """Installed versions of torch and the libraries (None where absent)."""
+    found: dict[str, str | None] = {}
+    for name in VERSIONED:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def save(results_dir: Path, rows: list[dict[str, Any]], meta: dict[str, Any]) -> Path:
+    """Write ``models.json`` (``meta``'s fields, ``models_measured`` and ``rows``) then
+    ``models.md`` from it, atomically.
+
+    Returns:
+        the path of ``models.json``.
+    """
+    results_dir.mkdir(parents=True, exist_ok=True)
+    document = {**meta, "models_measured": len(rows), "rows": rows}
+    path = results_dir / "models.json"
+    atomic_write_text(path, json.dumps(document, indent=2) + "\n")
+    models_table.write(path, results_dir / "models.md")
+    return path
+
+
+def run(
+    results_dir: Path,
+    *,
+    quick: bool = False,
+    models: tuple[str, ...] | None = None,
+    threads: int = 1,
+    executor: str | ExecutorChoice | SupportsSubmit | None = None,
+) -> list[dict[str, Any]]:
+    """Measure every model (or ``models``), write ``models.json`` and ``models.md``.
+
+    Args:
+        results_dir: where the files go.
+        quick: :data:`QUICK_REPETITIONS` repetitions, and only :data:`QUICK_MODELS` unless
+            ``models`` is given.
+        models: names of :data:`bench.models_zoo.MODELS` (default: all, or the quick ones).
+        threads: torch intra-op threads while measuring.
+        executor: None or ``"local"``: one model after another in this process, the results
+            saved after each. Else a :func:`dpcore.runs.run_many` executor handed one model at
+            a time (:func:`dpcore.runs.one_at_a_time`), saved when all are done.
+
+    Raises:
+        InvalidParameterError: an unknown model, ``threads`` < 1, or an invalid executor.
+    """
+    from dpcore.provenance import git_commit, provenance
+
+    names = models if models is not None else (QUICK_MODELS if quick else tuple(MODELS))
+    for name in names:
+        recipe(name)
+    if threads < 1:
+        raise InvalidParameterError("threads", "an integer >= 1", threads)
+    repetitions = QUICK_REPETITIONS if quick else REPETITIONS
+    commit = git_commit(ROOT)  # before the first save changes the tracked results
+    started = time.perf_counter()
+    specs = [ModelRun(name, repetitions, WARMUP, threads) for name in names]
+    meta = provenance(
+        root=ROOT,
+        commit=commit,
+        benchmark="models",
+        date=datetime.date.today().isoformat(),
+        hardware=machine(),
+        versions=versions(),
+        quick=quick,
+        models=list(names),
+        load_average_at_start=list(os.getloadavg()),
+        config={
+            "batch_size": BATCH_SIZE,
+            "dtype": "float32",
+            "threads": threads,
+            "repetitions": repetitions,
+            "warmup_steps": WARMUP,
+            "statistic": "median over repetitions (ratios: of the per-repetition ratios)",
+            "interleaved": True,
+            "methods": list(METHODS),
+            "noise_multiplier": NOISE_MULTIPLIER,
+            "max_grad_norm": MAX_GRAD_NORM,
+            "learning_rate": LEARNING_RATE,
+            "dpcore_engine": "auto",
+            "opacus_modes": ["hooks", "ghost"],
+            "exactness_lot": EXACTNESS_LOT,
+            "exactness_dtype": "float64",
+            "tolerance": TOLERANCE,
+            "sizes": SIZES,
+        },
+    )
+
+    def finish(rows: list[dict[str, Any]]) -> None:
+        meta["wall_seconds"] = time.perf_counter() - started
+        meta["load_average_at_end"] = list(os.getloadavg())
+        save(results_dir, rows, meta)
+
+    with one_at_a_time(executor) as chosen:
+        if chosen is not None:
+            rows: list[dict[str, Any]] = run_many(measure, specs, executor=chosen)
+            finish(rows)
+            return rows
+    rows = []
+    for spec in specs:
+        rows.append(measure(spec))
+        print(models_table.summary(rows[-1]), flush=True)
+        finish(rows)  # a run stopped early keeps what it measured
+    return rows
