@@ -223,3 +223,18 @@ def test_findings_name_inexact_gradients_a_changing_fix_and_a_fallback() -> None
     assert "pos.weight [1, 8] for [5, 8]" in hooks
     assert "DPMultiheadAttention" in fix and "0.5" in fix
     assert fallback == "engine='auto' picked vmap"
+
+
+def test_models_fanned_out_through_an_executor_are_measured_one_at_a_time(
+    tmp_path: Path,
+) -> None:
+    """``run(executor=...)`` (``python -m bench models --executor ...``) hands each model to
+    :func:`dpcore.runs.run_many`, one at a time, and saves the rows it gets back."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        rows = models.run(tmp_path, quick=True, models=("transformer_encoder",), executor=pool)
+    document = json.loads((tmp_path / "models.json").read_text())
+    assert document["rows"] == rows and rows[0]["status"] == "measured"
+    assert rows[0]["methods"]["dpcore"]["ratio_to_nonprivate"] > 0
+    assert (tmp_path / "models.md").exists()
