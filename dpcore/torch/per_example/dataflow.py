@@ -14,13 +14,14 @@ Where an independent tensor ``u`` meets batched data in one operation (``x + pos
 ``torch.cat([cls, x], 1)``), the operation is recorded as a :class:`Meeting`: example i's
 gradient with respect to ``u`` is that operation's output gradient restricted to example i and
 pulled back through the operation (:mod:`dpcore.torch.per_example.independent`). ``F.linear(x,
-w, b)`` on example data with an independent weight or bias (a parameter used functionally, a
-weight computed from parameters, a slice of ``nn.MultiheadAttention``'s packed projection) is a
-meeting too, with the exact rules of a Linear layer (:mod:`dpcore.torch.per_example.
-linear_meetings`). ``F.multi_head_attention_forward`` on example data is computed from the
-operations it is made of (:mod:`dpcore.torch.per_example.attention`), so that its projections
-are such calls. Meetings through other operations (``x @ W``) are recorded as unsupported, and
-the fast path refuses the parameters involved by name.
+w, b)``, ``F.conv1d`` and ``F.conv2d`` on example data with an independent weight or bias (a
+parameter used functionally, a weight computed from parameters, a slice of
+``nn.MultiheadAttention``'s packed projection) are meetings too, with the exact rules of a
+Linear or convolution layer (:mod:`dpcore.torch.per_example.layer_meetings`).
+``F.multi_head_attention_forward`` on example data is computed from the operations it is made
+of (:mod:`dpcore.torch.per_example.attention`), so that its projections are such calls.
+Meetings through other operations (``x @ W``) are recorded as unsupported, and the fast path
+refuses the parameters involved by name.
 
 Only data flow is followed here: whether batched rows really belong to one example each (no
 ``x - x.mean(0)``) is checked numerically against a one-example-at-a-time loop
@@ -44,6 +45,7 @@ from dpcore.torch.per_example.attention import decomposable, multi_head_attentio
 __all__ = [
     "ADDITIVE",
     "CONCATENATE",
+    "CONVOLUTION",
     "LINEAR",
     "MULTIPLICATIVE",
     "BatchDataflow",
@@ -73,6 +75,9 @@ CONCATENATE = frozenset({torch.cat, torch.concat, torch.concatenate})
 LINEAR = frozenset({functional.linear})
 """``F.linear(x, weight, bias)``: meets the examples in ``x`` (batched, at least 2-D) through an
 independent 2-D ``weight`` and/or ``bias``, passed by position."""
+CONVOLUTION = frozenset({functional.conv1d, functional.conv2d})
+"""``F.conv1d/conv2d(x, weight, bias, ...)``: meets the examples in a batched ``x`` (with its
+batch dimension) through an independent ``weight`` and/or ``bias``, passed by position."""
 _EXPANSIONS = frozenset({T.expand, T.expand_as, torch.broadcast_to, T.broadcast_to})
 _SHAPE_ONLY_SECOND = frozenset({T.expand_as, T.view_as, T.reshape_as, T.type_as})
 _CONSTANT_RESULTS = frozenset(
@@ -342,7 +347,8 @@ class BatchDataflow(TorchFunctionMode):
                 func in ADDITIVE
                 or func in MULTIPLICATIVE
                 or func in CONCATENATE
-                or (func in LINEAR and _linear_meets(args, positions))
+                or (func in LINEAR and _layer_meets(args, positions, 2, None))
+                or (func in CONVOLUTION and _layer_meets(args, positions, 3, func))
             )
         )
         output = result if isinstance(result, torch.Tensor) else torch.empty(0)
@@ -351,13 +357,20 @@ class BatchDataflow(TorchFunctionMode):
         )
 
 
-def _linear_meets(args: tuple[Any, ...], positions: tuple[tuple[int, torch.Tensor], ...]) -> bool:
-    """``F.linear(x, w, b)`` with batched ``x`` (>= 2-D) and independent ``w`` (2-D) or ``b``."""
-    return (
-        len(args) >= 2
-        and isinstance(args[0], torch.Tensor)
-        and args[0].dim() >= 2
-        and isinstance(args[1], torch.Tensor)
-        and args[1].dim() == 2
-        and all(k in (1, 2) for k, _ in positions)
-    )
+def _layer_meets(
+    args: tuple[Any, ...],
+    positions: tuple[tuple[int, torch.Tensor], ...],
+    weight_dims: int,
+    convolution: Any,
+) -> bool:
+    """``F.linear(x, w, b)`` (``convolution`` None) with batched ``x`` (>= 2-D) and a 2-D ``w``,
+    or a convolution with a batched ``x`` of ``w.dim()`` dims; independent ``w`` and/or ``b``."""
+    if len(args) < 2 or not isinstance(args[0], torch.Tensor):
+        return False
+    weight = args[1]
+    if not isinstance(weight, torch.Tensor) or not all(k in (1, 2) for k, _ in positions):
+        return False
+    if convolution is None:
+        return args[0].dim() >= 2 and weight.dim() == weight_dims
+    spatial = 1 if convolution is functional.conv1d else 2
+    return weight.dim() == 2 + spatial and args[0].dim() == 2 + spatial

@@ -18,8 +18,10 @@ Embedding, LayerNorm, GroupNorm, RMSNorm and their subclasses, transformers' ``C
 are to the handled operation (``F.linear``, ``torch.addmm``, ``F.conv2d``, ``F.layer_norm``, ...),
 or batch-independently and meeting the examples through ``+``, ``-``, ``*`` or
 ``torch.cat`` (:mod:`dpcore.torch.per_example.independent`) or as the weight or bias of an
-``F.linear`` call on example data, as they are or computed from parameters
-(:mod:`dpcore.torch.per_example.linear_meetings`), or several of these (tied weights); layers
+``F.linear`` or convolution call on example data, as they are or computed from parameters
+(standardised, weight-normalised, LoRA-merged; a handled layer that computes its weight is
+followed operation by operation) (:mod:`dpcore.torch.per_example.layer_meetings`), or several
+of these (tied weights); layers
 called on example data are batch-first. ``nn.MultiheadAttention`` (and torch's transformer layers)
 is taken as its projections and the parameter-free attention between them
 (:mod:`dpcore.torch.per_example.attention`). A layer whose output or input the forward later
@@ -65,7 +67,7 @@ from dpcore.torch.per_example.layer_handlers import (
     ParameterTerm,
     materialized_term,
 )
-from dpcore.torch.per_example.linear_meetings import linear_terms
+from dpcore.torch.per_example.layer_meetings import layer_terms
 from dpcore.torch.per_example.sequence_handlers import EmbeddingHandler, IdentityInputLSTMHandler
 from dpcore.torch.per_example.trial import (
     autocast_dtype,
@@ -140,10 +142,16 @@ class _Layer:
     copy_output: bool = False
     #: Set once a forward wrote in place to a tensor this layer saved (its input): saved copies.
     copy_saved: bool = False
+    #: Set once the layer's call used its parameters other than as they are in one call of its
+    #: handler's operation (a weight computed from them: standardised, normalised, merged): the
+    #: layer is then followed operation by operation like unhandled code, its computed weight
+    #: meeting the examples in ``F.linear`` or a convolution
+    #: (:mod:`~dpcore.torch.per_example.layer_meetings`), and anything else refused by name.
+    traced: bool = False
 
 
-class _WrittenInPlaceError(Exception):
-    """A forward wrote in place to a recorded tensor; the layers are now set to copy it."""
+class _RerunError(Exception):
+    """A forward changed how layers are recorded (copies kept, a layer traced): run it again."""
 
 
 def _plan(model: nn.Module) -> list[_Layer]:
@@ -220,36 +228,26 @@ def _precision_switch(name: str, backend: Any) -> contextlib.AbstractContextMana
 
 
 def _operation(
-    layer: _Layer, operations: list[OperationCall], names: dict[int, str]
-) -> OperationCall:
-    """The one call of a handled operation that takes all of ``layer``'s trainable parameters.
+    layer: _Layer, operations: list[OperationCall], dataflow: BatchDataflow
+) -> OperationCall | None:
+    """The one call of a handled operation that takes all of ``layer``'s trainable parameters
+    as they are, and no other tensor computed from trainable parameters; else ``None`` (the
+    layer uses them another way: a weight computed from a parameter, an operation without a
+    rule, several calls).
 
     Args:
         layer: the layer whose call this was.
         operations: the operations of the call that took a trainable parameter.
-        names: the engine's parameter names, by ``id`` of the parameter.
-
-    Raises:
-        IncompatibleModelError: naming the parameters, when the module's call uses them another
-            way (a weight computed from the parameter, an operation without a rule, several
-            calls).
+        dataflow: the forward's data flow (which tensors are computed from parameters).
     """
     owned = {id(p) for p in layer.trainable.values()}
     using = [op for op in operations if any(id(t) in owned for t in op.operands())]
-    if len(using) == 1 and using[0].func in layer.handler.operations:
-        taken = {id(t) for t in using[0].operands()}
-        if owned <= taken:
-            return using[0]
-    expected = sorted(getattr(f, "__name__", str(f)) for f in layer.handler.operations)
-    seen = [op.name for op in using] or ["no operation"]
-    raise mismatch(
-        f"Module {layer.path!r} ({type(layer.module).__name__}) uses its parameters "
-        f"{sorted(layer.trainable)} through {seen}, not through one call of {expected} that takes "
-        "them as they are (e.g. a weight computed from the parameter, or a subclass whose "
-        "forward differs), so the fast path has no exact rule for them. Use VmapEngine (exact, "
-        "any module) instead.",
-        [names[id(p)] for p in layer.trainable.values()],
-    )
+    if len(using) != 1 or using[0].func not in layer.handler.operations:
+        return None
+    operands = using[0].operands()
+    taken = {id(t) for t in operands}
+    computed = [t for t in operands if id(t) not in owned and dataflow.sources(t)]
+    return using[0] if owned <= taken and not computed else None
 
 
 def _versions(call: LayerCall) -> tuple[int, ...]:
@@ -355,7 +353,9 @@ class FastEngine(PerExampleEngine):
     def _before(
         self, layer: _Layer, dataflow: BatchDataflow, module: nn.Module, args: Any, kwargs: Any
     ) -> Any:
-        batched = any(dataflow.is_batched(t) for t in tensors_in((args, kwargs)))
+        batched = not layer.traced and any(
+            dataflow.is_batched(t) for t in tensors_in((args, kwargs))
+        )
         layer.batched.append(batched)
         if not batched:
             return None
@@ -381,7 +381,10 @@ class FastEngine(PerExampleEngine):
         if layer.batched.pop():
             operations = dataflow.exit_layer()
             if layer.handler.operations:
-                operation = _operation(layer, operations, self._names)
+                operation = _operation(layer, operations, dataflow)
+                if operation is None:  # from now on, followed operation by operation
+                    layer.traced = True
+                    raise _RerunError
                 result = operation.result
                 if isinstance(result, torch.Tensor) and result._version != operation.version:
                     raise mismatch(
@@ -427,13 +430,15 @@ class FastEngine(PerExampleEngine):
         """Forward, one backward to the recorded tensors, and every parameter's term.
 
         A forward that writes in place to a recorded tensor (``nn.ReLU(inplace=True)`` after a
-        layer, a residual ``x += shortcut``) sets the layer to keep a copy, and runs again: once
-        per layer and kind of tensor, usually on the first trial lot only.
+        layer, a residual ``x += shortcut``) sets the layer to keep a copy, and one whose layer
+        computes its weight from its parameters sets that layer to be traced operation by
+        operation; either runs again: once per layer and setting, usually on the first trial
+        lot only.
         """
         while True:
             try:
                 return self._pass_once(inputs, targets, loss_fn, reference=reference)
-            except _WrittenInPlaceError:
+            except _RerunError:
                 continue
 
     def _pass_once(
@@ -467,7 +472,7 @@ class FastEngine(PerExampleEngine):
                         name = self._names[id(layer.trainable[term.name])]
                         found.setdefault(name, []).append(term)
             parameters = dict(self.named_parameters)
-            for name, listed in linear_terms(
+            for name, listed in layer_terms(
                 dataflow.meetings, backprops, dataflow, parameters, strategy=self.norm_strategy
             ).items():
                 found.setdefault(name, []).extend(listed)
@@ -619,7 +624,7 @@ class FastEngine(PerExampleEngine):
                     ):
                         layer.copy_output |= output_written
                         layer.copy_saved |= saved_written
-                        raise _WrittenInPlaceError
+                        raise _RerunError
                     raise mismatch(
                         f"A tensor of module {layer.path!r} ({type(layer.module).__name__}) was "
                         "modified in place after its forward, inside the module, where the fast "

@@ -34,6 +34,7 @@ from dpcore.torch.errors import IncompatibleModelError
 from dpcore.torch.per_example.dataflow import (
     ADDITIVE,
     CONCATENATE,
+    CONVOLUTION,
     LINEAR,
     BatchDataflow,
     Meeting,
@@ -68,9 +69,9 @@ def refuse_unsupported(meetings: Sequence[Meeting], batch_size: int) -> None:
         if not meeting.supported:
             problem = (
                 f"meet the lot's examples in {meeting.name}, which the fast path has no "
-                "per-example rule for (it has rules for +, -, *, torch.cat and F.linear, and "
-                "handlers for Linear, Conv1d, Conv2d, Embedding, LayerNorm, GroupNorm, RMSNorm "
-                "and DPLSTM)"
+                "per-example rule for (it has rules for +, -, *, torch.cat, F.linear and "
+                "convolutions, and handlers for Linear, Conv1d, Conv2d, Embedding, LayerNorm, "
+                "GroupNorm, RMSNorm and DPLSTM)"
             )
         elif meeting.output.dim() < 1 or meeting.output.shape[0] != batch_size:
             problem = (
@@ -206,8 +207,9 @@ def independent_rows(
     """Per-example gradients ``(n, *shape)`` of the parameters reached through ``meetings``.
 
     Args:
-        meetings: supported meetings (see :func:`refuse_unsupported`); ``F.linear`` meetings
-            are skipped (:mod:`~dpcore.torch.per_example.linear_meetings` takes them).
+        meetings: supported meetings (see :func:`refuse_unsupported`); ``F.linear`` and
+            convolution meetings are skipped (:mod:`~dpcore.torch.per_example.layer_meetings`
+            takes them).
         backprops: ``id(meeting.output) -> d(sum_i loss_i)/d output``.
         dataflow: the forward's :class:`BatchDataflow` (for expansions and sources).
         parameters: trainable parameters by name.
@@ -215,7 +217,7 @@ def independent_rows(
     found: dict[str, torch.Tensor] = {}
     by_id = {id(p): name for name, p in parameters.items()}
     for meeting in meetings:
-        if meeting.func in LINEAR:  # dpcore.torch.per_example.linear_meetings
+        if meeting.func in LINEAR or meeting.func in CONVOLUTION:  # see layer_meetings
             continue
         backprop = backprops[id(meeting.output)]
         for position, operand in meeting.operands:

@@ -1,7 +1,9 @@
 """Handlers read the operation a layer issues, whatever its class: subclasses of handled layers
 (timm-style channels-first LayerNorm, GroupNorm with one group, 'same'-padded convolutions) and
 transformers' ``Conv1D`` get the exact math, checked against the float64 loop; a subclass that
-computes its weight from the parameter is refused by name, and ``auto`` trains it with vmap."""
+computes its weight from the parameter is followed operation by operation (exact too), and one
+that uses its weight through an operation without a rule is refused by name, and ``auto`` trains
+it with vmap."""
 
 from __future__ import annotations
 
@@ -166,12 +168,31 @@ def test_transformers_conv1d_is_an_addmm_with_a_transposed_weight() -> None:
             torch.testing.assert_close(found, expected, atol=1e-10, rtol=0)
 
 
-def test_a_weight_computed_from_its_parameter_is_refused_by_name() -> None:
+def test_a_weight_computed_from_its_parameter_is_exact_on_the_fast_path() -> None:
+    """timm's standardised convolution: the layer is followed operation by operation, and the
+    computed weight's per-example gradients pulled back to the parameter."""
     torch.manual_seed(0)
     model = SubclassNet(conv=StdConv2d)
-    with pytest.raises(IncompatibleModelError, match=r"'conv'.*StdConv2d.*reshape") as refused:
+    _assert_auto_is_fast_and_exact(model, [_lot(8, 0), _lot(4, 1), _lot(1, 2), _lot(3, 3)])
+
+
+class MatmulConv2d(nn.Conv2d):
+    """Uses its weight through ``torch.matmul`` on the unfolded input (no per-example rule)."""
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        padding, stride = self.padding, self.stride
+        patches = functional.unfold(inputs, self.kernel_size, padding=padding, stride=stride)
+        flat = self.weight.reshape(self.out_channels, -1)
+        side = (inputs.shape[-1] + 2 * padding[0] - self.kernel_size[0]) // stride[0] + 1
+        return torch.matmul(flat, patches).unflatten(-1, (side, side))
+
+
+def test_a_weight_used_through_an_operation_without_a_rule_is_refused_by_name() -> None:
+    torch.manual_seed(0)
+    model = SubclassNet(conv=MatmulConv2d)
+    with pytest.raises(IncompatibleModelError, match=r"'conv\.weight'.*matmul") as refused:
         FastEngine(model, max_grad_norm=1.0).prepare(*_lot(6, 0), CROSS_ENTROPY)
-    assert refused.value.parameters == ["conv.weight", "conv.bias"]  # type: ignore[attr-defined]
+    assert refused.value.parameters == ["conv.weight"]  # type: ignore[attr-defined]
     engine = make_engine(model, engine="auto", max_grad_norm=1.0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
