@@ -25,7 +25,7 @@ from dpcore.accountants import PldAccountant
 from dpcore.events import dpsgd_event
 from dpcore.runs import ExecutorChoice, RunStore, SupportsSubmit, machine, run_many
 
-__all__ = ["ANCHOR", "SOURCES", "audit_setting", "run", "runs_of", "store"]
+__all__ = ["ANCHOR", "SOURCES", "audit_setting", "results_name", "run", "runs_of", "store"]
 
 #: The code that determines a run's result (its fingerprint keys the run store).
 SOURCES = (
@@ -49,6 +49,13 @@ ANCHOR = {
     "epsilon_lower": 7.21,
     "ratio": 0.72,
 }
+
+
+def results_name(profile: str) -> str:
+    """The results file stem of a profile: ``blackbox`` for the full profile (the committed
+    table), ``blackbox_<profile>`` for the others (so ``nox -s audit``'s quick profile leaves
+    the full results alone)."""
+    return "blackbox" if profile == "full" else f"blackbox_{profile}"
 
 
 def store() -> RunStore:
@@ -149,7 +156,8 @@ def run(
     chosen: Profile | None = None,
     progress: bool = True,
 ) -> list[dict[str, Any]]:
-    """Audit every (setting, claim) of a profile; save ``results/blackbox.json`` as rows come.
+    """Audit every (setting, claim) of a profile; save its results as rows come
+    (``results/blackbox.json`` for the full profile, ``results/blackbox_<profile>.json`` else).
 
     Args:
         profile: "quick" or "full" (see :mod:`audits.blackbox.profiles`).
@@ -191,5 +199,5 @@ def run(
                 progress=progress,
             )
             rows.append({**row, "profile": plan.name})
-        save("blackbox", rows, config)
+        save(results_name(plan.name), rows, config)
     return rows

@@ -6,7 +6,8 @@ import json
 from typing import Any
 
 from audits import results_io
-from audits.blackbox.audit import ANCHOR
+from audits.blackbox.audit import ANCHOR, results_name
+from audits.blackbox.profiles import PROFILES
 from dpcore.atomic import atomic_write_text
 
 __all__ = ["table", "write_report"]
@@ -99,13 +100,23 @@ def soundness_text(record: dict[str, Any]) -> str:
     )
 
 
-def write_report() -> None:
-    """Write ``results/blackbox.md`` from ``results/blackbox.json`` (and its provenance), with
-    the soundness record (``results/blackbox_soundness.json``) where there is one."""
-    rows = results_io.load("blackbox")
-    meta_path = results_io.RESULTS / "blackbox.meta.json"
-    meta = json.loads(meta_path.read_text()) if meta_path.exists() else None
-    text = table(rows, meta)
-    if (results_io.RESULTS / "blackbox_soundness.json").exists():
-        text += "\n" + soundness_text(results_io.load("blackbox_soundness")[0])
-    atomic_write_text(results_io.RESULTS / "blackbox.md", text)
+def write_report(name: str | None = None) -> None:
+    """Write ``results/<name>.md`` from ``results/<name>.json`` (and its provenance), with the
+    soundness record (``results/blackbox_soundness.json``) under the full profile's table.
+
+    Args:
+        name: a results stem (:func:`~audits.blackbox.audit.results_name`); None: every
+            profile's whose results exist.
+    """
+    names = [name] if name is not None else [results_name(p) for p in PROFILES]
+    for stem in names:
+        if name is None and not (results_io.RESULTS / f"{stem}.json").exists():
+            continue
+        rows = results_io.load(stem)
+        meta_path = results_io.RESULTS / f"{stem}.meta.json"
+        meta = json.loads(meta_path.read_text()) if meta_path.exists() else None
+        text = table(rows, meta)
+        soundness = results_io.RESULTS / "blackbox_soundness.json"
+        if stem == results_name("full") and soundness.exists():
+            text += "\n" + soundness_text(results_io.load("blackbox_soundness")[0])
+        atomic_write_text(results_io.RESULTS / f"{stem}.md", text)

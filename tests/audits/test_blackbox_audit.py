@@ -66,10 +66,11 @@ def test_tiny_audit_end_to_end_resumes_from_the_store(
     store = audit.store()
     assert all(store.has(spec) for spec in audit.runs_of(TINY, 10.0, 10))
     assert audit.run(chosen=plan, progress=False)[0]["epsilon_lower"] == row["epsilon_lower"]
-    saved = json.loads((tmp_path / "blackbox.json").read_text())
+    saved = json.loads((tmp_path / "blackbox_tiny.json").read_text())
     assert saved[0]["epsilon_lower"] == row["epsilon_lower"]
-    report.write_report()
-    text = (tmp_path / "blackbox.md").read_text()
+    assert not (tmp_path / "blackbox.json").exists()
+    report.write_report("blackbox_tiny")
+    text = (tmp_path / "blackbox_tiny.md").read_text()
     assert "| tiny | 10 |" in text and "Annamalai" in text
 
 
@@ -124,9 +125,10 @@ def test_the_command_line_runs_the_chosen_profile(
     tiny = Profile("quick", ((TINY, 8),), epsilons=(4.0,))
     monkeypatch.setitem(profiles.PROFILES, "quick", tiny)
     assert main(["--only", "blackbox", "--profile", "quick"]) == 0
-    (row,) = json.loads((tmp_path / "blackbox.json").read_text())
+    (row,) = json.loads((tmp_path / "blackbox_quick.json").read_text())
     assert row["profile"] == "quick" and row["epsilon"] == 4.0
-    assert "| tiny | 4 |" in (tmp_path / "blackbox.md").read_text()
+    assert "| tiny | 4 |" in (tmp_path / "blackbox_quick.md").read_text()
+    assert not (tmp_path / "blackbox.json").exists()
     with pytest.raises(SystemExit):
         main(["--only", "blackbox", "--profile", "huge"])
 
@@ -146,7 +148,7 @@ def test_soundness_record_counts_exceedances(
     assert result["p_value"] == pytest.approx(stats.binom.sf(over - 1, 3, 0.05))
     saved = json.loads((tmp_path / "blackbox_soundness.json").read_text())
     assert saved[0]["exceedances"] == over
-    audit.run(chosen=Profile("tiny", ((TINY, 8),), epsilons=(1.0,)), progress=False)
+    audit.run(chosen=Profile("full", ((TINY, 8),), epsilons=(1.0,)), progress=False)
     report.write_report()
     assert f"in {over} of 3" in (tmp_path / "blackbox.md").read_text()
     with pytest.raises(InvalidParameterError):
