@@ -44,6 +44,10 @@ def decomposable(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         arguments = _arguments(args, kwargs)
     except TypeError:
         return False
+    return _decomposable(arguments)
+
+
+def _decomposable(arguments: dict[str, Any]) -> bool:
     query = arguments["query"]
     return (
         isinstance(query, torch.Tensor)
@@ -105,9 +109,9 @@ def multi_head_attention(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch
     Raises:
         ValueError: a call :func:`decomposable` does not accept.
     """
-    if not decomposable(args, kwargs):
-        raise ValueError("multi_head_attention takes batched calls without static keys/values")
     arguments = _arguments(args, kwargs)
+    if not _decomposable(arguments):
+        raise ValueError("multi_head_attention takes batched calls without static keys/values")
     heads, width = int(arguments["num_heads"]), int(arguments["embed_dim_to_check"])
     tgt_len, size = arguments["query"].shape[:2]
     # batch-first views, keeping which inputs are the same tensor (self-attention)

@@ -183,6 +183,9 @@ class _Registry:
             del self._refs[id(tensor)]
 
 
+_SCALARS = (int, float, bool, str, torch.dtype, torch.device, slice, type(None), type(...))
+
+
 def tensors_in(tree: Any) -> list[torch.Tensor]:
     """The tensors in ``tree``, in order: tuples, lists and dicts (and their subclasses, named
     tuples, ``torch.return_types``) walked directly, anything else by ``torch.utils._pytree``.
@@ -193,18 +196,21 @@ def tensors_in(tree: Any) -> list[torch.Tensor]:
     if isinstance(tree, torch.Tensor):
         return [tree]
     found: list[torch.Tensor] = []
-    pending = [tree]
-    while pending:
-        item = pending.pop()
+    _collect(tree, found)
+    return found
+
+
+def _collect(tree: Any, found: list[torch.Tensor]) -> None:
+    items = tree.values() if isinstance(tree, dict) else tree
+    if not isinstance(items, (tuple, list, type({}.values()))):
+        if not isinstance(tree, _SCALARS):
+            found.extend(t for t in tree_leaves(tree) if isinstance(t, torch.Tensor))
+        return
+    for item in items:
         if isinstance(item, torch.Tensor):
             found.append(item)
-        elif isinstance(item, (tuple, list)):
-            pending.extend(reversed(item))
-        elif isinstance(item, dict):
-            pending.extend(reversed(list(item.values())))
-        elif item is not None and not isinstance(item, (int, float, bool, str)):
-            found.extend(t for t in tree_leaves(item) if isinstance(t, torch.Tensor))
-    return found
+        elif not isinstance(item, _SCALARS):
+            _collect(item, found)
 
 
 class BatchDataflow(TorchFunctionMode):
@@ -289,15 +295,17 @@ class BatchDataflow(TorchFunctionMode):
         if func in _CONSTANT_RESULTS:
             return result
         outputs = tensors_in(result)
+        if not outputs and getattr(func, "__name__", None) == "__get__":
+            return result  # an attribute read (a shape, dtype or flag)
+        arguments = tensors_in((args, kwargs))
         if (
             self._frames
             and outputs  # not a shape, dtype or device read
-            and any(self._is_parameter(t) for t in tensors_in((args, kwargs)))
+            and any(self._is_parameter(t) for t in arguments)
         ):
             version = result._version if isinstance(result, torch.Tensor) else -1
             self._frames[-1].append(OperationCall(func, args, kwargs, result, version))
-        data = args[:1] if func in _SHAPE_ONLY_SECOND else (args, kwargs)
-        operands = tensors_in(data)
+        operands = tensors_in(args[:1]) if func in _SHAPE_ONLY_SECOND else arguments
         if not operands:
             return result
         batched = any(self.is_batched(t) for t in operands)
