@@ -254,3 +254,39 @@ def test_the_decomposition_is_torch_s_function(name: str, monkeypatch: pytest.Mo
         assert found[1] is None
     else:
         torch.testing.assert_close(found[1], expected[1], atol=1e-12, rtol=0)
+
+
+class EncoderDecoder(nn.Module):
+    """``nn.Transformer``: self-attention, causal self-attention and cross-attention to the
+    encoder's memory (key and value one tensor, the query another)."""
+
+    def __init__(self, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.transformer = nn.Transformer(
+            WIDTH, HEADS, 1, 1, 8, dropout=dropout, batch_first=True, dtype=DOUBLE
+        )
+        self.head = nn.Linear(WIDTH, CLASSES, dtype=DOUBLE)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        targets = 0.5 * inputs[:, :3]
+        mask = nn.Transformer.generate_square_subsequent_mask(3, dtype=DOUBLE)
+        decoded = self.transformer(inputs, targets, tgt_mask=mask, tgt_is_causal=True)
+        return self.head(decoded.mean(1))
+
+
+def test_encoder_decoder_transformer_is_fast_and_exact() -> None:
+    torch.manual_seed(0)
+    _assert_auto_is_fast_and_exact(EncoderDecoder())
+
+
+def test_training_with_attention_dropout_passes_the_first_lot_verification() -> None:
+    """In train mode the attention's dropout draws one mask per pass; the first lot's clipped sum
+    without clipping equals autograd's gradient of the same pass (checked by the engine)."""
+    torch.manual_seed(0)
+    model = EncoderDecoder(dropout=0.2).train()
+    engine = FastEngine(model, max_grad_norm=1e6)
+    inputs, targets = _lot(6, 1)
+    lot = engine.clipped_sum(inputs, targets, CROSS_ENTROPY)
+    assert engine._verified
+    assert bool((lot.clip_factors == 1).all()) and bool(torch.isfinite(lot.norms).all())
+    assert model.training
