@@ -13,6 +13,7 @@ from torch.nn import functional
 
 from dpcore.torch.engines import make_engine
 from dpcore.torch.errors import IncompatibleModelError, NoExactEngineError
+from dpcore.torch.per_example import dataflow
 from dpcore.torch.per_example.attention import decomposable, multi_head_attention
 from dpcore.torch.per_example.base import PerExampleEngine
 from dpcore.torch.per_example.fast import FastEngine
@@ -180,17 +181,31 @@ def test_transformer_encoder_is_fast_and_exact(options: dict[str, bool]) -> None
     _assert_auto_is_fast_and_exact(Encoder(**options))
 
 
-def test_eval_mode_does_not_take_torch_s_fused_kernel() -> None:
+@pytest.mark.parametrize("mode", ["eval", "train"])
+def test_the_engine_decomposes_every_attention_call_in_eval_and_train_mode(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """In eval mode ``nn.TransformerEncoderLayer`` and ``nn.MultiheadAttention`` may call torch's
     fused inference kernel instead of ``F.multi_head_attention_forward``; with trainable weights
-    and gradients on they do not, and the engine's own passes stay exact in eval mode."""
+    and gradients on they do not: every attention call of the engine's passes is decomposed, and
+    the result stays exact in either mode."""
     torch.manual_seed(0)
     assert torch.backends.mha.get_fastpath_enabled()
-    model = Encoder(norm_first=False).eval()
+    model = Encoder(norm_first=False).train(mode == "train")
     engine = FastEngine(model, max_grad_norm=1.0)
     engine.prepare(*_lot(8, 0), CROSS_ENTROPY)
+    calls: list[int] = []
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        return multi_head_attention(*args, **kwargs)
+
+    monkeypatch.setattr(dataflow, "multi_head_attention", counted)
     for size in (1, WIDTH):
         _assert_matches_loop(engine, model, size)
+    assert model.training == (mode == "train")
+    # two layers, each called in three passes: the two lots' and the first lot's norm check
+    assert len(calls) == 2 * 3
 
 
 class FusedAttention(nn.Module):
