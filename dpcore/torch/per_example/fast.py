@@ -176,11 +176,12 @@ def _plan(model: nn.Module) -> list[_Layer]:
 
 
 def fast_path_supports(model: nn.Module) -> bool:
-    """Whether every trainable parameter belongs to a module with a fast-path handler.
+    """Whether every trainable parameter belongs to a module with a fast-path handler or to an
+    ``nn.MultiheadAttention`` (whose call the fast path decomposes).
 
     A static hint only: the fast path also handles parameters used batch-independently
-    (positions, CLS tokens), and whether a model is accepted is decided on trial lots
-    (:meth:`FastEngine.prepare`).
+    (positions, CLS tokens) and weights computed from parameters, and whether a model is
+    accepted is decided on trial lots (:meth:`FastEngine.prepare`).
     """
     try:
         check_independent_examples(model)
@@ -188,6 +189,12 @@ def fast_path_supports(model: nn.Module) -> bool:
     except IncompatibleModelError:
         return False
     handled = {id(p) for layer in layers for p in layer.trainable.values()}
+    handled |= {
+        id(p)
+        for module in model.modules()
+        if isinstance(module, nn.MultiheadAttention)
+        for p in module.parameters(recurse=False)
+    }
     return all(id(p) in handled for p in model.parameters() if p.requires_grad)
 
 

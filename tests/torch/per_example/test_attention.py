@@ -16,7 +16,7 @@ from dpcore.torch.errors import IncompatibleModelError, NoExactEngineError
 from dpcore.torch.per_example import dataflow
 from dpcore.torch.per_example.attention import decomposable, multi_head_attention
 from dpcore.torch.per_example.base import PerExampleEngine
-from dpcore.torch.per_example.fast import FastEngine
+from dpcore.torch.per_example.fast import FastEngine, fast_path_supports
 from tests.torch.reference import loop_clipped_sum, loop_gradients, loop_norms
 
 CROSS_ENTROPY = nn.CrossEntropyLoss(reduction="none")
@@ -140,6 +140,7 @@ def _assert_matches_loop(engine: PerExampleEngine, model: nn.Module, size: int) 
 
 
 def _assert_auto_is_fast_and_exact(model: nn.Module) -> None:
+    assert fast_path_supports(model)
     engine = make_engine(model, engine="auto", max_grad_norm=1.0)
     engine.prepare(*_lot(8, 0), CROSS_ENTROPY)
     assert engine.name == "fast"
