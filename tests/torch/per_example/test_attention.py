@@ -21,9 +21,10 @@ from tests.torch.reference import loop_clipped_sum, loop_gradients, loop_norms
 
 CROSS_ENTROPY = nn.CrossEntropyLoss(reduction="none")
 DOUBLE = torch.float64
-LENGTH, WIDTH, HEADS, CLASSES = 4, 6, 2, 3
-#: 1, the model's own sizes (heads, classes, length, head and model width) and one other.
-LOT_SIZES = (1, HEADS, CLASSES, LENGTH, 5, WIDTH)
+LENGTH, WIDTH, HEADS, CLASSES, FEED_FORWARD = 4, 6, 2, 3, 8
+#: 1, the models' own sizes (heads, classes and head width, a decoder's and the encoder's lengths,
+#: model width, feed-forward width) and one other.
+LOT_SIZES = (1, HEADS, CLASSES, LENGTH, 5, WIDTH, FEED_FORWARD)
 
 
 def _padding(inputs: torch.Tensor) -> torch.Tensor:
@@ -107,7 +108,13 @@ class Encoder(nn.Module):
         super().__init__()
         self.masks, self.causal = masks, causal
         layer = nn.TransformerEncoderLayer(
-            WIDTH, HEADS, 8, dropout=0.0, batch_first=True, norm_first=norm_first, dtype=DOUBLE
+            WIDTH,
+            HEADS,
+            FEED_FORWARD,
+            dropout=0.0,
+            batch_first=True,
+            norm_first=norm_first,
+            dtype=DOUBLE,
         )
         self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
         self.head = nn.Linear(WIDTH, CLASSES, dtype=DOUBLE)
@@ -279,7 +286,7 @@ class EncoderDecoder(nn.Module):
     def __init__(self, dropout: float = 0.0) -> None:
         super().__init__()
         self.transformer = nn.Transformer(
-            WIDTH, HEADS, 1, 1, 8, dropout=dropout, batch_first=True, dtype=DOUBLE
+            WIDTH, HEADS, 1, 1, FEED_FORWARD, dropout=dropout, batch_first=True, dtype=DOUBLE
         )
         self.head = nn.Linear(WIDTH, CLASSES, dtype=DOUBLE)
 

@@ -20,8 +20,9 @@ from tests.torch.reference import loop_clipped_sum, loop_gradients, loop_norms
 CROSS_ENTROPY = nn.CrossEntropyLoss(reduction="none")
 DOUBLE = torch.float64
 CHANNELS, IMAGE, HIDDEN, RANK, CLASSES = 2, 5, 4, 2, 3
-#: 1, the model's own sizes (rank and input channels, classes, hidden width, image side) and 7.
-LOT_SIZES = (1, RANK, CLASSES, HIDDEN, IMAGE, 7)
+#: 1, the model's own sizes (rank and input channels, classes and the convolutions' output side,
+#: hidden width, image side, the convolutions' output positions) and 7.
+LOT_SIZES = (1, RANK, CLASSES, HIDDEN, IMAGE, 7, 9)
 
 
 def _standardised(weight: torch.Tensor) -> torch.Tensor:
