@@ -17,7 +17,13 @@ from dpcore.torch.engines import make_engine
 from tests.torch.zoo import ZOO
 
 CROSS_ENTROPY = nn.CrossEntropyLoss(reduction="none")
-MODELS = ["positional_gpt", "tiny_vit", "group_norm_res_block", "tied_embedding_lm"]
+MODELS = [
+    "positional_gpt",
+    "tiny_vit",
+    "group_norm_res_block",
+    "tied_embedding_lm",
+    "attention_mha",
+]
 
 
 @pytest.mark.parametrize("name", MODELS)
