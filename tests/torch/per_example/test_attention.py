@@ -51,8 +51,10 @@ class Attention(nn.Module):
         bias_kv: bool = False,
         zero_attention: bool = False,
         other_dims: bool = False,
+        example_mask: bool = False,
     ) -> None:
         super().__init__()
+        self.example_mask = example_mask
         self.batch_first, self.need_weights, self.masks, self.cross = (
             batch_first,
             need_weights,
@@ -76,7 +78,11 @@ class Attention(nn.Module):
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         padding = _padding(inputs) if self.masks else None
-        causal = _causal() if self.masks else None
+        causal: torch.Tensor | None = _causal() if self.masks else None
+        if self.example_mask:  # (N * heads, L, L), float, computed from each example
+            first = inputs[:, :, :1]
+            bias = -(first - first.transpose(1, 2)).abs()
+            causal = bias.repeat_interleave(HEADS, dim=0)
         if self.cross:  # keys and values from other tensors (the packed weight is sliced)
             key, value = self.keys(inputs), self.values(inputs)
         else:
@@ -166,6 +172,8 @@ ATTENTION = {
     "cross_sequence_first": {"cross": True, "batch_first": False},
     "bias_kv_zero_attention": {"bias_kv": True, "zero_attention": True, "masks": True},
     "kdim_vdim": {"cross": True, "other_dims": True},
+    "example_mask": {"example_mask": True},
+    "example_mask_weights": {"example_mask": True, "need_weights": True, "batch_first": False},
 }
 
 
