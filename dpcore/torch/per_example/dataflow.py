@@ -79,6 +79,41 @@ CONVOLUTION = frozenset({functional.conv1d, functional.conv2d})
 """``F.conv1d/conv2d(x, weight, bias, ...)``: meets the examples in a batched ``x`` (with its
 batch dimension) through an independent ``weight`` and/or ``bias``, passed by position."""
 _EXPANSIONS = frozenset({T.expand, T.expand_as, torch.broadcast_to, T.broadcast_to})
+_TRANSPOSES = frozenset({T.transpose, torch.transpose, T.swapaxes, torch.swapaxes})
+_PERMUTES = frozenset({T.permute, torch.permute})
+_LAST_DIM = frozenset({functional.linear})
+_SAME_LAYOUT = frozenset(
+    {
+        *ADDITIVE,
+        *MULTIPLICATIVE,
+        torch.div,
+        T.div,
+        T.__truediv__,
+        T.__neg__,
+        functional.linear,
+        functional.layer_norm,
+        functional.rms_norm,
+        functional.dropout,
+        functional.relu,
+        functional.gelu,
+        functional.silu,
+        torch.relu,
+        torch.tanh,
+        T.relu,
+        T.tanh,
+        torch.sigmoid,
+        T.sigmoid,
+        T.contiguous,
+        T.clone,
+        T.to,
+        T.float,
+        T.double,
+    }
+)
+"""Operations whose result has its operands' layout (elementwise, or per position over the last
+dimensions, the last of which ``_LAST_DIM`` operations change), with the batched operands' rank:
+the batch dimension carries over. Whether the examples stay independent is the trial lots'
+check, not this one's."""
 _SHAPE_ONLY_SECOND = frozenset({T.expand_as, T.view_as, T.reshape_as, T.type_as})
 _CONSTANT_RESULTS = frozenset(
     {
@@ -113,6 +148,8 @@ class Meeting:
         supported: whether :mod:`~dpcore.torch.per_example.independent` has a rule for ``func``.
         version: the output's version counter when recorded (in-place changes afterwards are
             refused).
+        batch_dim: the output's batch dimension where its layout was followed (see
+            :meth:`BatchDataflow.batch_dim`), else ``None``; the rules need it first.
     """
 
     func: Any
@@ -123,6 +160,7 @@ class Meeting:
     parameters: frozenset[str]
     supported: bool
     version: int
+    batch_dim: int | None = None
 
     @property
     def name(self) -> str:
@@ -239,7 +277,7 @@ class BatchDataflow(TorchFunctionMode):
         self._parameters: dict[int, torch.Tensor] = {}
         self.meetings: list[Meeting] = []
         for tensor in roots:
-            self._batched.put(tensor, True)
+            self._batched.put(tensor, 0)  # batch dimension (-1: not followed)
         for name, parameter in parameters:
             self._sources.put(parameter, frozenset({name}))
             self._parameters[id(parameter)] = parameter
@@ -247,6 +285,15 @@ class BatchDataflow(TorchFunctionMode):
     def is_batched(self, tensor: Any) -> bool:
         """Whether ``tensor`` was computed from the lot's examples."""
         return isinstance(tensor, torch.Tensor) and self._batched.get(tensor) is not None
+
+    def batch_dim(self, tensor: Any) -> int | None:
+        """The dimension of a batched ``tensor`` that indexes the examples, where its layout was
+        followed from the lot's tensors (batch first) through operations whose layout is known
+        (elementwise, per-position layers, transposes, permutes); else ``None``."""
+        if not isinstance(tensor, torch.Tensor):
+            return None
+        found = self._batched.get(tensor)
+        return None if found is None or found < 0 else int(found)
 
     def sources(self, tensor: Any) -> frozenset[str]:
         """Trainable parameters an independent ``tensor`` is computed from (empty otherwise)."""
@@ -262,7 +309,7 @@ class BatchDataflow(TorchFunctionMode):
 
     def mark_batched(self, tensor: torch.Tensor) -> None:
         """Declare ``tensor`` batched (for tests and planted bugs that replay shape rules)."""
-        self._batched.put(tensor, True)
+        self._batched.put(tensor, -1)
         self._sources.drop(tensor)
 
     def enter_layer(self) -> None:
@@ -290,7 +337,12 @@ class BatchDataflow(TorchFunctionMode):
             and decomposable(args, kwargs)
         ):
             with self:  # its operations, one by one (this mode is off inside this method)
-                return multi_head_attention(*args, **kwargs)
+                output, weights = multi_head_attention(*args, **kwargs)
+            # torch's layout: the output (L, N, E) and the weights (N, ...) by definition
+            for tensor, dim in ((output, 1), (weights, 0)):
+                if tensor is not None and self.is_batched(tensor):
+                    self._batched.put(tensor, dim)
+            return output, weights
         result = func(*args, **kwargs)
         if func in _CONSTANT_RESULTS:
             return result
@@ -308,13 +360,14 @@ class BatchDataflow(TorchFunctionMode):
         operands = tensors_in(args[:1]) if func in _SHAPE_ONLY_SECOND else arguments
         if not operands:
             return result
-        batched = any(self.is_batched(t) for t in operands)
+        batched = [t for t in operands if self.is_batched(t)]
         independent = [t for t in operands if self.sources(t)]
         if func is T.__setitem__ and args and isinstance(args[0], torch.Tensor):
             outputs = [args[0]]  # in place: the target takes the value's dependence
         if batched:
+            dim = self._output_dim(func, args, kwargs, batched, result)
             for tensor in outputs:
-                self._batched.put(tensor, True)
+                self._batched.put(tensor, dim)
                 self._sources.drop(tensor)
             if independent and not self._frames:
                 self._record(func, args, kwargs, result, independent)
@@ -325,6 +378,41 @@ class BatchDataflow(TorchFunctionMode):
             if func in _EXPANSIONS and isinstance(result, torch.Tensor):
                 self._expanded_from.put(result, weakref.ref(args[0]))
         return result
+
+    def _output_dim(
+        self,
+        func: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        batched: list[torch.Tensor],
+        result: Any,
+    ) -> int:
+        """The batch dimension of ``func``'s result from its batched operands' (-1: unknown)."""
+        dims = {self._batched.get(t) for t in batched}
+        if len(dims) != 1 or not isinstance(result, torch.Tensor):
+            return -1
+        dim = int(dims.pop())
+        source = batched[0]
+        if dim < 0 or result.dim() != source.dim():
+            return -1
+        rank = source.dim()
+        if func in _TRANSPOSES:
+            first = args[1] if len(args) > 1 else kwargs.get("dim0")
+            second = args[2] if len(args) > 2 else kwargs.get("dim1")
+            if not isinstance(first, int) or not isinstance(second, int):
+                return -1
+            swap = {first % rank: second % rank, second % rank: first % rank}
+            return swap.get(dim, dim)
+        if func in _PERMUTES:
+            order = args[1:] if len(args) > 1 else (kwargs.get("dims"),)
+            if len(order) == 1 and isinstance(order[0], (tuple, list)):
+                order = tuple(order[0])
+            if sorted(int(k) % rank for k in order) != list(range(rank)):
+                return -1
+            return [int(k) % rank for k in order].index(dim)
+        if func in _SAME_LAYOUT and not (func in _LAST_DIM and dim == rank - 1):
+            return dim
+        return -1
 
     def _record(
         self,
@@ -361,7 +449,17 @@ class BatchDataflow(TorchFunctionMode):
         )
         output = result if isinstance(result, torch.Tensor) else torch.empty(0)
         self.meetings.append(
-            Meeting(func, args, kwargs, output, positions, parameters, supported, output._version)
+            Meeting(
+                func,
+                args,
+                kwargs,
+                output,
+                positions,
+                parameters,
+                supported,
+                output._version,
+                self.batch_dim(output),
+            )
         )
 
 

@@ -21,13 +21,14 @@ or batch-independently and meeting the examples through ``+``, ``-``, ``*`` or
 ``F.linear`` or convolution call on example data, as they are or computed from parameters
 (standardised, weight-normalised, LoRA-merged; a handled layer that computes its weight is
 followed operation by operation) (:mod:`dpcore.torch.per_example.layer_meetings`), or several
-of these (tied weights); layers
-called on example data are batch-first. ``nn.MultiheadAttention`` (and torch's transformer layers)
-is taken as its projections and the parameter-free attention between them
-(:mod:`dpcore.torch.per_example.attention`). A layer whose output or input the forward later
-writes in place (``nn.ReLU(inplace=True)``, ``x += shortcut``) keeps a copy of it. Anything else
-is refused with the parameter's name, and ``engine="auto"`` then trains on
-:class:`~dpcore.torch.per_example.vmap.VmapEngine`.
+of these (tied weights); layers called on example data are batch-first, or, for Linear and
+LayerNorm/RMSNorm, have the examples along the dimension the data flow followed them to
+(transposes, per-position operations: torch's sequence-first transformer layers).
+``nn.MultiheadAttention`` (and torch's transformer layers) is taken as its projections and the
+parameter-free attention between them (:mod:`dpcore.torch.per_example.attention`). A layer
+whose output or input the forward later writes in place (``nn.ReLU(inplace=True)``,
+``x += shortcut``) keeps a copy of it. Anything else is refused with the parameter's name, and
+``engine="auto"`` then trains on :class:`~dpcore.torch.per_example.vmap.VmapEngine`.
 """
 
 from __future__ import annotations
@@ -279,7 +280,7 @@ def _widened(tensor: Any, dtype: torch.dtype) -> Any:
 
 
 def _widened_call(call: LayerCall, dtype: torch.dtype) -> LayerCall:
-    return LayerCall(tuple(_widened(s, dtype) for s in call.saved), call.target)
+    return LayerCall(tuple(_widened(s, dtype) for s in call.saved), call.target, call.batch_dim)
 
 
 @dataclasses.dataclass
@@ -401,11 +402,22 @@ class FastEngine(PerExampleEngine):
                         [self._names[id(p)] for p in layer.trainable.values()],
                     )
                 call = layer.handler.capture_operation(module, operation, output)
+                dim = dataflow.batch_dim(operation.argument(0, "input"))
+                if dim:  # sequence-first data (nn.TransformerEncoderLayer(batch_first=False))
+                    if not layer.handler.batch_dim_movable(call):
+                        raise mismatch(
+                            f"Module {layer.path!r} ({type(layer.module).__name__}) received "
+                            f"the examples along dimension {dim}; its handler needs them "
+                            "first. Use VmapEngine (exact, any module) instead.",
+                            [self._names[id(p)] for p in layer.trainable.values()],
+                        )
+                    inputs = call.saved[0].movedim(dim, 0)
+                    call = LayerCall((inputs, *call.saved[1:]), call.target, dim)
             else:
                 call = layer.handler.capture(module, args, kwargs, output)
             if layer.copy_saved:
                 copies = tuple(s.clone() if isinstance(s, torch.Tensor) else s for s in call.saved)
-                call = LayerCall(copies, call.target)
+                call = LayerCall(copies, call.target, call.batch_dim)
             layer.calls.append((call, _versions(call)))
             if layer.copy_output and call.target is output:
                 return output.clone()  # in-place writes downstream land on the copy
@@ -465,7 +477,10 @@ class FastEngine(PerExampleEngine):
             for layer in self._layers:
                 if layer.calls:
                     pairs = [
-                        (_widened_call(call, dtype), backprops[id(call.target)])
+                        (
+                            _widened_call(call, dtype),
+                            backprops[id(call.target)].movedim(call.batch_dim, 0),
+                        )
                         for call, _ in layer.calls
                     ]
                     for term in layer.handler.terms(
@@ -639,7 +654,7 @@ class FastEngine(PerExampleEngine):
                         "would be wrong. Use VmapEngine instead.",
                         owned,
                     )
-                if call.target.dim() < 1 or call.target.shape[0] != size:
+                if call.target.dim() <= call.batch_dim or call.target.shape[call.batch_dim] != size:
                     raise mismatch(
                         f"Module {layer.path!r} ({type(layer.module).__name__}) produced a tensor "
                         f"of shape {tuple(call.target.shape)} from the lot's examples, whose first "

@@ -73,6 +73,11 @@ def refuse_unsupported(meetings: Sequence[Meeting], batch_size: int) -> None:
                 "convolutions, and handlers for Linear, Conv1d, Conv2d, Embedding, LayerNorm, "
                 "GroupNorm, RMSNorm and DPLSTM)"
             )
+        elif meeting.batch_dim:
+            problem = (
+                f"meet the lot's examples in {meeting.name}, whose result has the examples "
+                f"along dimension {meeting.batch_dim}, not first"
+            )
         elif meeting.output.dim() < 1 or meeting.output.shape[0] != batch_size:
             problem = (
                 f"meet the lot's examples in {meeting.name}, whose result of shape "

@@ -72,10 +72,14 @@ class LayerCall:
     Attributes:
         saved: what the handler keeps from the forward (detached activations, indices, ...).
         target: the tensor whose gradient (the backprop) the handler needs.
+        batch_dim: the dimension of ``target`` that indexes the examples (1 for a layer on
+            sequence-first data); ``saved`` is batch-first, and the engine moves the backprop's
+            batch dimension first before the handler sees it.
     """
 
     saved: tuple[Any, ...]
     target: torch.Tensor
+    batch_dim: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,6 +212,11 @@ class LayerHandler(abc.ABC):
         """
         return self.capture(module, call.args, call.kwargs, call.result)
 
+    def batch_dim_movable(self, call: LayerCall) -> bool:
+        """Whether the call's first saved tensor (its input) and its backprop may have their
+        batch dimension moved first: a per-position operation over the last dimensions."""
+        return False
+
     def check(self, module: nn.Module, path: str, trainable: set[str]) -> None:  # noqa: B027
         """Raise :class:`IncompatibleModelError` if this module's configuration is unsupported."""
 
@@ -236,6 +245,9 @@ class LinearHandler(LayerHandler):
     the middle dims are time steps."""
 
     operations = frozenset({functional.linear})
+
+    def batch_dim_movable(self, call: LayerCall) -> bool:
+        return True
 
     def capture(
         self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
@@ -510,6 +522,9 @@ class NormalizationHandler(LayerHandler):
     """
 
     operations = frozenset({functional.layer_norm, functional.group_norm, functional.rms_norm})
+
+    def batch_dim_movable(self, call: LayerCall) -> bool:
+        return call.saved[1] is not functional.group_norm  # group_norm's dim 1 is channels
 
     def capture_operation(self, module: nn.Module, call: OperationCall, output: Any) -> LayerCall:
         inputs = call.argument(0, "input").detach()

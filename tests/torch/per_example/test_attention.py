@@ -108,17 +108,25 @@ class Attention(nn.Module):
 
 
 class Encoder(nn.Module):
-    """``nn.TransformerEncoder`` (two layers, batch first), mean over time, Linear head."""
+    """``nn.TransformerEncoder`` (two layers; batch first, or torch's default sequence first),
+    mean over time, Linear head."""
 
-    def __init__(self, *, norm_first: bool, masks: bool = False, causal: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        norm_first: bool,
+        masks: bool = False,
+        causal: bool = False,
+        batch_first: bool = True,
+    ) -> None:
         super().__init__()
-        self.masks, self.causal = masks, causal
+        self.masks, self.causal, self.batch_first = masks, causal, batch_first
         layer = nn.TransformerEncoderLayer(
             WIDTH,
             HEADS,
             FEED_FORWARD,
             dropout=0.0,
-            batch_first=True,
+            batch_first=batch_first,
             norm_first=norm_first,
             dtype=DOUBLE,
         )
@@ -128,10 +136,12 @@ class Encoder(nn.Module):
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         mask = _causal() if self.masks or self.causal else None
         padding = _padding(inputs) if self.masks else None
+        if not self.batch_first:
+            inputs = inputs.transpose(0, 1)
         encoded = self.encoder(
             inputs, mask=mask, src_key_padding_mask=padding, is_causal=self.causal
         )
-        return self.head(encoded.mean(1))
+        return self.head(encoded.mean(1 if self.batch_first else 0))
 
 
 def _lot(size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -190,6 +200,8 @@ def test_multihead_attention_is_fast_and_exact(name: str) -> None:
         {"norm_first": True},
         {"norm_first": False, "masks": True},
         {"norm_first": True, "causal": True},
+        {"norm_first": False, "batch_first": False},
+        {"norm_first": True, "batch_first": False, "masks": True},
     ],
 )
 def test_transformer_encoder_is_fast_and_exact(options: dict[str, bool]) -> None:

@@ -292,12 +292,15 @@ def test_inplace_write_inside_a_layer_and_non_batch_first_are_rejected() -> None
         engine.clipped_sum(torch.randn(4, 3), torch.tensor([0, 1, 0, 1]), CROSS_ENTROPY)
 
     class TimeFirst(nn.Module):
+        """Time-first data through a reshape, whose layout the data flow does not follow."""
+
         def __init__(self) -> None:
             super().__init__()
             self.linear = nn.Linear(3, 2)
 
         def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-            return self.linear(inputs.transpose(0, 1)).mean(0)
+            time_first = inputs.transpose(0, 1).reshape(inputs.shape[1], inputs.shape[0], -1)
+            return self.linear(time_first).mean(0)
 
     engine = FastEngine(TimeFirst(), max_grad_norm=1.0)
     with pytest.raises(IncompatibleModelError, match=r"'linear'.*batch"):

@@ -219,22 +219,34 @@ def test_examples_mixing_only_in_the_gradient_are_refused(engine: str) -> None:
 
 
 class _TimeFirst(nn.Module):
-    """A Linear applied to ``(T, batch, d)``: rows are positions, not examples."""
+    """A Linear applied to ``(T, batch, d)``: rows are positions, not examples.
 
-    def __init__(self) -> None:
+    With ``followed``, the data reach it by a transpose, whose layout the fast path follows (the
+    examples along dimension 1); otherwise by a reshape, whose layout it does not.
+    """
+
+    def __init__(self, *, followed: bool) -> None:
         super().__init__()
+        self.followed = followed
         self.linear = nn.Linear(4, 3, dtype=torch.float64)
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        return self.linear(inputs.transpose(0, 1)).mean(0)
+        time_first = inputs.transpose(0, 1)
+        if not self.followed:
+            time_first = time_first.reshape(inputs.shape[1], inputs.shape[0], -1)
+        return self.linear(time_first).mean(0)
+
+
+def _time_first_lot() -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(1)
+    inputs = torch.randn(5, 5, 4, generator=generator, dtype=torch.float64)  # lot 5 == T 5
+    return inputs, torch.tensor([0, 1, 2, 0, 1])
 
 
 def test_a_non_batch_first_layer_goes_to_vmap_even_at_a_lot_equal_to_its_length() -> None:
     torch.manual_seed(0)
-    model = _TimeFirst()
-    generator = torch.Generator().manual_seed(1)
-    inputs = torch.randn(5, 5, 4, generator=generator, dtype=torch.float64)  # lot 5 == T 5
-    targets = torch.tensor([0, 1, 2, 0, 1])
+    model = _TimeFirst(followed=False)
+    inputs, targets = _time_first_lot()
     with pytest.raises(IncompatibleModelError, match=r"'linear\.weight'|batch-first"):
         make_engine(model, engine="fast", max_grad_norm=1.0).clipped_sum(
             inputs, targets, CROSS_ENTROPY
@@ -245,3 +257,48 @@ def test_a_non_batch_first_layer_goes_to_vmap_even_at_a_lot_equal_to_its_length(
     assert engine.name == "vmap"
     gradients = loop_gradients(model, inputs, targets, CROSS_ENTROPY)
     torch.testing.assert_close(lot.norms, loop_norms(gradients), atol=TOLERANCE, rtol=0)
+
+
+def test_a_layer_on_transposed_data_is_exact_on_the_fast_path_at_a_lot_equal_to_its_length() -> (
+    None
+):
+    torch.manual_seed(0)
+    model = _TimeFirst(followed=True)
+    inputs, targets = _time_first_lot()
+    engine = make_engine(model, engine="auto", max_grad_norm=1.0)
+    engine.prepare(*_time_first_lot(), CROSS_ENTROPY)
+    assert engine.name == "fast"
+    gradients = loop_gradients(model, inputs, targets, CROSS_ENTROPY)
+    norms = loop_norms(gradients)
+    engine.max_grad_norm = float(norms.median())
+    lot = engine.clipped_sum(inputs, targets, CROSS_ENTROPY)
+    torch.testing.assert_close(lot.norms, norms, atol=TOLERANCE, rtol=0)
+    expected = loop_clipped_sum(gradients, engine.max_grad_norm)
+    for found, wanted in zip(lot.summed, expected, strict=True):
+        torch.testing.assert_close(found, wanted, atol=TOLERANCE, rtol=0)
+
+
+class _TimeFirstPositions(nn.Module):
+    """Learned positions added to ``(T, batch, d)`` data (the examples along dimension 1)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.positions = nn.Parameter(torch.randn(5, 1, 4, dtype=torch.float64))
+        self.linear = nn.Linear(4, 3, dtype=torch.float64)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        return self.linear(inputs.transpose(0, 1) + self.positions).mean(0)
+
+
+def test_positions_met_along_a_followed_non_first_dimension_are_refused_by_name() -> None:
+    torch.manual_seed(0)
+    model = _TimeFirstPositions()
+    inputs, targets = _time_first_lot()  # lot 5 == T 5: a shape could pass for batch-first
+    with pytest.raises(IncompatibleModelError, match=r"\['positions'\].*along dimension 1"):
+        make_engine(model, engine="fast", max_grad_norm=1.0).clipped_sum(
+            inputs, targets, CROSS_ENTROPY
+        )
+    engine = make_engine(model, engine="auto", max_grad_norm=1.0)
+    with pytest.warns(EngineFallbackWarning, match="positions"):
+        engine.prepare(inputs, targets, CROSS_ENTROPY)
+    assert engine.name == "vmap"
