@@ -93,10 +93,10 @@ def lint(session: nox.Session) -> None:
 def docs(session: nox.Session) -> None:
     """Build the documentation site into site/ (``mkdocs build --strict``: any warning fails).
 
-    The API pages are read from the sources (griffe), so TensorFlow is not needed; the tutorials
-    run their code at build time (a failing block fails the build), which needs torch.
+    The API pages are read from the sources (griffe); the tutorials run their code at build time
+    (a failing block fails the build), which needs torch and, for the Keras tutorial, TensorFlow.
     """
-    _install(session, "docs", extras="[torch]")
+    _install(session, "docs", extras="[torch,tf]")
     session.run("mkdocs", "build", "--strict", *session.posargs, env={"NO_MKDOCS_2_WARNING": "1"})
 
 
@@ -107,7 +107,7 @@ def docs_browser(session: nox.Session) -> None:
     Needs Chromium and chromedriver on the machine (``apt-get install -y chromium
     chromium-driver``); Selenium is installed here.
     """
-    _install(session, "docs", extras="[torch]")
+    _install(session, "docs", extras="[torch,tf]")
     # hypothesis: the repository's conftest.py imports it
     session.install("selenium>=4.20", "pytest>=8", "hypothesis>=6.100")
     session.run(

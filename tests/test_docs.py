@@ -334,6 +334,22 @@ def test_accounting_tutorial_shows_this_builds_numbers(site: Path) -> None:
         assert f"{name}: epsilon" in shown, name
 
 
+def test_keras_tutorial_trains_and_refuses_keras_batching(site: Path) -> None:
+    from dpcore.accountants import RdpAccountant
+    from dpcore.events import dpsgd_event
+
+    shown = text(page(site, "tutorials/keras"))
+    # 3 epochs of q = 0.05: 60 lots, and the epsilon printed is the accountant's for them
+    epsilon = (
+        RdpAccountant()
+        .compose(dpsgd_event(sampling_probability=0.05, noise_multiplier=1.0, steps=60))
+        .get_epsilon(1e-5)
+    )
+    assert f"60 lots in the ledger; epsilon {epsilon:.2f} at delta 1e-5" in shown
+    assert "matches the Poisson analysis: True" in shown
+    assert "InvalidParameterError" in shown and "ledger after the refusal: 60 lots" in shown
+
+
 def _section(source: Path, name: str) -> str:
     """The text of ``source`` between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->``."""
     written = source.read_text()
