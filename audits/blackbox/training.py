@@ -25,7 +25,7 @@ from dpcore.calibration import calibrate_noise
 from dpcore.torch.samplers import PoissonSampler
 from dpcore.torch.training import DPTrainer
 
-__all__ = ["execute", "initial_state", "make_model", "noise_multiplier"]
+__all__ = ["execute", "initial_state", "make_model", "noise_multiplier", "run_seed"]
 
 #: Adam's learning rate for the non-private pre-training (full batch).
 PRETRAIN_LR = 1e-2
@@ -78,6 +78,15 @@ def noise_multiplier(
     )
 
 
+def run_seed(run: BlackBoxRun) -> int:
+    """The seed of a run's noise and lots, in [0, 2**63): a hash (numpy's SeedSequence) of the
+    setting's seed, the claim, the world and the run's seed, so that no two runs of different
+    worlds, claims or setting seeds share noise draws."""
+    entropy = [run.setting.seed, run.seed, int(run.world == "in"), round(run.epsilon * 1e6)]
+    state = np.random.SeedSequence(entropy).generate_state(1, dtype=np.uint64)
+    return int(state[0] >> np.uint64(1))
+
+
 def train(run: BlackBoxRun) -> nn.Module:
     """The final model of ``run`` (one torch thread).
 
@@ -91,8 +100,7 @@ def train(run: BlackBoxRun) -> nn.Module:
         x, y = np.concatenate([x, tx]), np.concatenate([y, ty])
     model = make_model(setting)
     model.load_state_dict(initial_state(setting))
-    # The noise and the lots of the two worlds come from different seeds.
-    seed = 2 * run.seed + (run.world == "in")
+    seed = run_seed(run)
     trainer = DPTrainer.dp_sgd(
         model,
         lr=setting.lr,

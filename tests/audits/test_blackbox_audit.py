@@ -49,6 +49,17 @@ def test_runs_are_reproducible_and_worlds_differ() -> None:
     assert first["loss"] == again["loss"] and first["logit_margin"] == again["logit_margin"]
     other = training.execute(dataclasses.replace(run, world="out"))
     assert other["loss"] != first["loss"]
+    seeds = {
+        training.run_seed(changed)
+        for changed in (
+            run,
+            dataclasses.replace(run, world="out"),
+            dataclasses.replace(run, epsilon=4.0),
+            dataclasses.replace(run, seed=4),
+            dataclasses.replace(run, setting=dataclasses.replace(TINY, seed=1)),
+        )
+    }
+    assert len(seeds) == 5 and all(0 <= seed < 2**63 for seed in seeds)
     assert first["noise_multiplier"] > 0 and first["seconds"] > 0
 
 
