@@ -89,8 +89,8 @@ def build_site(out: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_site(tmp_path_factory.mktemp("site"))
+def site(docs_site: Path) -> Path:
+    return docs_site  # built once per test session (conftest.py)
 
 
 def page(site: Path, path: str) -> str:

@@ -6,9 +6,11 @@ page, one tutorial and the figures page. Each must have its title and the site n
 figure must be decoded by the browser (non-zero natural size); and the browser's console must
 hold no SEVERE entry (a failed request, a script error).
 
-Marked ``browser``: the default ``nox -s tests`` run leaves it out (CI machines have no
-browser); ``nox -s docs_browser`` runs it and saves screenshots under ``site/``. Without Chromium,
-chromedriver or Selenium the test fails, saying how to install them.
+Marked ``browser``: ``nox -s tests`` runs it where Chromium and chromedriver are installed or
+can be installed from the distribution's packages (the session tries ``apt-get`` as root), and
+otherwise leaves it out with a warning; ``nox -s docs_browser`` runs it alone and saves
+screenshots under ``site/``. Run by pytest without Chromium, chromedriver or Selenium, the test
+fails, saying how to install them.
 """
 
 from __future__ import annotations
@@ -24,8 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from tests.test_docs import build_site
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Where screenshots go when set (``nox -s docs_browser`` sets ``site``); else the test's tmp dir.
@@ -59,8 +59,8 @@ def _browser_tools() -> tuple[str, str]:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_site(tmp_path_factory.mktemp("site"))
+def site(docs_site: Path) -> Path:
+    return docs_site  # built once per test session (conftest.py), shared with test_docs.py
 
 
 @pytest.fixture(scope="module")
