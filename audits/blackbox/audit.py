@@ -24,6 +24,7 @@ from audits.results_io import run_store, save
 from dpcore.accountants import PldAccountant
 from dpcore.events import dpsgd_event
 from dpcore.runs import ExecutorChoice, RunStore, SupportsSubmit, machine, run_many
+from dpcore.validation import check_count
 
 __all__ = ["ANCHOR", "SOURCES", "audit_setting", "results_name", "run", "runs_of", "store"]
 
@@ -104,13 +105,14 @@ def audit_setting(
         progress: show a progress bar.
 
     Raises:
-        InvalidParameterError: a bad setting, claim or count.
+        InvalidParameterError: a bad setting, claim, or runs_per_world below 8 (before any
+            run).
         RunsFailedError: runs still failed after a retry.
     """
     start = time.perf_counter()
+    check_count("runs_per_world", runs_per_world, minimum=8)
     runs = runs_of(setting, epsilon, runs_per_world)
-    for spec in runs[:1]:
-        settings.check_run(spec)
+    settings.check_run(runs[0])
     results = run_many(
         training.execute, runs, executor=executor, store=run_store, progress=progress
     )

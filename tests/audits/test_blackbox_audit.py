@@ -184,3 +184,17 @@ def test_every_option_trains_and_scores(changes: dict[str, object]) -> None:
         assert not training.initial_state(setting)["weight"].equal(
             training.initial_state(TINY)["weight"]
         )
+
+
+@pytest.mark.parametrize(
+    ("epsilon", "runs", "parameter"),
+    [(4.0, 7, "runs_per_world"), (4.0, 0, "runs_per_world"), (-1.0, 8, "epsilon")],
+)
+def test_bad_audit_arguments_are_refused_before_any_run(
+    epsilon: float, runs: int, parameter: str, tmp_path: Path
+) -> None:
+    store = RunStore(tmp_path, code="refused")
+    with pytest.raises(InvalidParameterError) as raised:
+        audit.audit_setting(TINY, epsilon, runs, run_store=store, progress=False)
+    assert raised.value.parameter == parameter
+    assert not any(tmp_path.iterdir())
