@@ -53,6 +53,7 @@ from reproductions.abadi2016.mnist_core import (
 from reproductions.common import profile_config
 from reproductions.harness import Output, RunState, hardware_label, spread
 from reproductions.harness.device import default_device
+from reproductions.harness.output import run_commit
 
 STEM = "abadi2016_sweeps"
 README = Path(__file__).with_name("README.md")
@@ -353,6 +354,7 @@ def compute(
     if isinstance(executor, ExecutorChoice) and executor.kind == "local":
         executor = None
     output = output or Output()
+    run_commit()  # the checkout as it is now, before this run writes its statements under figures/
     start = time.perf_counter()
     stem = results_stem(config.profile)
     store = output.store(stem) if config.checkpoint or executor is not None else None
