@@ -42,7 +42,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from dpcore.errors import InvalidParameterError
+from dpcore.errors import DPCoreError, InvalidParameterError
 from dpcore.torch.batches import Batch, batch_size, call_model, detached, tensors
 from dpcore.torch.compat import check_independent_examples
 from dpcore.torch.errors import IncompatibleModelError
@@ -459,6 +459,36 @@ class FastEngine(PerExampleEngine):
                 return self._pass_once(inputs, targets, loss_fn, reference=reference)
             except _RerunError:
                 continue
+            except (DPCoreError, MemoryError, torch.OutOfMemoryError):
+                raise
+            except Exception as error:  # sorted: the model's error or the path's
+                self._raise_path_failure(error, inputs, targets, loss_fn)
+
+    def _raise_path_failure(
+        self, error: Exception, inputs: Batch, targets: Batch, loss_fn: LossFunction
+    ) -> None:
+        """Re-raise ``error`` if the model fails the same way without the fast path, else turn
+        it into a typed refusal: the fast path's own computation failed on this model.
+
+        The plain forward and per-example losses run once more, without the recording hooks and
+        without gradients: an error there is the model's or the input's (raised unchanged); an
+        error only with the hooks is the fast path's (an operation its handlers did not expect),
+        so ``engine="auto"`` falls back to the vmap engine and ``engine="fast"`` refuses with an
+        :class:`~dpcore.torch.errors.IncompatibleModelError` naming the original error.
+        """
+        try:
+            with torch.no_grad():
+                outputs = call_model(self.model, inputs)
+                per_example_losses(loss_fn, outputs, targets, batch_size(inputs))
+            plain_runs = True
+        except Exception:  # the model's own error: the original is raised
+            plain_runs = False
+        if not plain_runs:
+            raise error
+        raise IncompatibleModelError(
+            "the fast path's own computation failed on this model although its plain forward "
+            f"runs ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
+        ) from error
 
     def _pass_once(
         self, inputs: Batch, targets: Batch, loss_fn: LossFunction, *, reference: bool

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from typing import Any
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ from dpcore.torch.errors import (
     IncompatibleModelError,
     NoExactEngineError,
 )
+from dpcore.torch.per_example.layer_handlers import LinearHandler
 
 CROSS_ENTROPY = nn.CrossEntropyLoss(reduction="none")
 
@@ -65,3 +67,55 @@ def test_a_layer_configuration_the_fast_path_refuses_falls_back_to_vmap() -> Non
     with pytest.warns(EngineFallbackWarning, match="scale_grad_by_freq"):
         engine.prepare(torch.randint(0, 7, (5, 2)), torch.randint(0, 2, (5,)), CROSS_ENTROPY)
     assert engine.name == "vmap"
+
+
+class _FailingHandler(LinearHandler):
+    """The linear handler with a bug: its per-example terms raise a raw error."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def terms(self, *args: Any, **kwargs: Any) -> Any:
+        raise self.error
+
+
+class _Scaled(nn.Linear):
+    """A linear layer subclass given a (broken) handler of its own in these tests."""
+
+
+@pytest.mark.parametrize(
+    "error", [RuntimeError("shape mismatch inside a handler"), IndexError("tuple index")]
+)
+def test_a_raw_error_inside_the_fast_path_becomes_a_refusal_and_auto_falls_back(
+    monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
+    from dpcore.torch.per_example import fast
+
+    monkeypatch.setitem(fast.HANDLERS, _Scaled, _FailingHandler(error))
+    torch.manual_seed(0)
+    model = nn.Sequential(_Scaled(4, 3), nn.ReLU(), nn.Linear(3, 2)).double()
+    inputs, targets = torch.randn(6, 4, dtype=torch.float64), torch.randint(0, 2, (6,))
+    before = [p.detach().clone() for p in model.parameters()]
+    fast_engine = make_engine(model, engine="fast", max_grad_norm=1.0)
+    with pytest.raises(IncompatibleModelError, match=type(error).__name__) as refused:
+        fast_engine.prepare(inputs, targets, CROSS_ENTROPY)
+    assert refused.value.__cause__ is error
+    assert not fast_engine.prepared
+    auto = make_engine(model, engine="auto", max_grad_norm=1.0)
+    with pytest.warns(EngineFallbackWarning, match="own computation failed"):
+        auto.prepare(inputs, targets, CROSS_ENTROPY)
+    assert auto.name == "vmap"
+    batch = auto.clipped_sum(inputs, targets, CROSS_ENTROPY)
+    assert len(batch.norms) == 6
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+
+
+def test_the_model_s_own_error_is_raised_unchanged() -> None:
+    """An input the model itself cannot take is the caller's error, not a refusal."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
+    engine = make_engine(model, engine="fast", max_grad_norm=1.0)
+    engine.prepare(torch.randn(6, 4), torch.randint(0, 2, (6,)), CROSS_ENTROPY)
+    with pytest.raises(RuntimeError, match="shapes cannot be multiplied") as raised:
+        engine.clipped_sum(torch.randn(6, 5), torch.randint(0, 2, (6,)), CROSS_ENTROPY)
+    assert not isinstance(raised.value, IncompatibleModelError)
