@@ -17,6 +17,7 @@ from dpcore.errors import InvalidParameterError
 from dpcore.validation import check_count, check_delta, check_positive, check_seed
 
 __all__ = [
+    "IMPLEMENTATIONS",
     "INITS",
     "MODELS",
     "TARGETS",
@@ -33,8 +34,13 @@ INITS = ("worst_case", "random")
 #: The target record: an all-zero image, an all-one image, a real image with a wrong label, a
 #: real image with its own label (the last two drawn from MNIST's test split).
 TARGETS = ("blank", "constant", "mislabelled", "natural")
-#: Multinomial logistic regression, or one hidden layer of ``hidden`` ReLU units.
-MODELS = ("linear", "mlp")
+#: Multinomial logistic regression; one hidden layer of ``hidden`` ReLU units; or the MNIST CNN
+#: of the TensorFlow Privacy tutorial that the reproductions train (Bu et al. 2019, Sec. 5.1;
+#: :func:`dpcore.torch.models.tf_privacy_mnist_cnn`, its dense layer ``hidden`` units wide:
+#: 26,010 parameters at the tutorial's 32).
+MODELS = ("linear", "mlp", "cnn")
+#: Who trains a run: dpcore's ``DPTrainer.dp_sgd``, or Opacus 1.6's ``PrivacyEngine``.
+IMPLEMENTATIONS = ("dpcore", "opacus")
 #: The target is in the training set ("in") or not ("out").
 WORLDS = ("in", "out")
 
@@ -63,6 +69,7 @@ class BlackBoxSetting:
     max_grad_norm: float = 1.0
     delta: float = 1e-5
     seed: int = 0
+    implementation: str = "dpcore"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,7 +94,8 @@ def check_setting(setting: BlackBoxSetting) -> BlackBoxSetting:
     Raises:
         InvalidParameterError: naming the first bad field (a size or step count below 1, a
             learning rate or clipping norm not > 0 and finite, a sampling rate outside (0, 1],
-            delta outside (0, 1), a label outside 0..9, an unknown model, init or target).
+            delta outside (0, 1), a label outside 0..9, an unknown model, init, target or
+            implementation).
     """
     if not isinstance(setting, BlackBoxSetting):
         raise InvalidParameterError("setting", "to be a BlackBoxSetting", setting)
@@ -113,6 +121,7 @@ def check_setting(setting: BlackBoxSetting) -> BlackBoxSetting:
             raise InvalidParameterError(name, "finite", value)
     check_delta("delta", setting.delta)
     check_seed("seed", setting.seed)
+    _choice("implementation", setting.implementation, IMPLEMENTATIONS)
     return setting
 
 

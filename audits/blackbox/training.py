@@ -5,10 +5,18 @@ non-privately on records disjoint from the subset for the worst case, else the s
 initialisation), is trained with DP-SGD on the subset (plus the target in the "in" world) with
 Poisson lots and the noise multiplier that dpcore's PLD calibration gives the claimed epsilon at
 the setting's delta, q and steps, and only the final model's outputs on the target are kept.
+
+The noisy sum is divided by a public constant, :func:`public_divisor` (q times the subset's
+size), the same in both worlds: dividing by q N with N the training set's own size would
+change the divisor with the target's presence (1,000 or 1,001), a difference the DP analysis
+does not cover (it assumes the released gradient is the noisy sum over a fixed divisor).
+Opacus runs (``implementation="opacus"``) train in :mod:`audits.blackbox.opacus_training`
+from the same initial parameters, noise multiplier, clipping norm and divisor.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from typing import Any
@@ -22,13 +30,38 @@ from audits.blackbox.scores import target_scores
 from audits.blackbox.settings import BlackBoxRun, BlackBoxSetting, check_run, check_setting
 from audits.dpsgd_whitebox import single_thread
 from dpcore.calibration import calibrate_noise
+from dpcore.torch.models import tf_privacy_mnist_cnn
+from dpcore.torch.noise import NoiseSource
 from dpcore.torch.samplers import PoissonSampler
 from dpcore.torch.training import DPTrainer
 
-__all__ = ["execute", "initial_state", "make_model", "noise_multiplier", "run_seed"]
+__all__ = [
+    "PHYSICAL_BATCH",
+    "execute",
+    "initial_state",
+    "make_model",
+    "noise_multiplier",
+    "public_divisor",
+    "run_seed",
+    "train",
+]
 
 #: Adam's learning rate for the non-private pre-training (full batch).
 PRETRAIN_LR = 1e-2
+#: Examples clipped at a time (a lot above it is clipped in parts: one noise draw, one step),
+#: so that full-batch steps on the whole of MNIST fit in memory.
+PHYSICAL_BATCH = 5000
+
+
+class _NoNoise(NoiseSource):
+    """Zeros: training without noise (``train(..., noise=False)``, for implementation checks)."""
+
+    name = "none"
+
+    def standard_normal(
+        self, shape: torch.Size, *, dtype: torch.dtype, device: torch.device
+    ) -> torch.Tensor:
+        return torch.zeros(shape, dtype=dtype, device=device)
 
 
 def make_model(setting: BlackBoxSetting) -> nn.Module:
@@ -38,6 +71,10 @@ def make_model(setting: BlackBoxSetting) -> nn.Module:
     try:
         if setting.model == "linear":
             return nn.Linear(784, 10)
+        if setting.model == "cnn":  # the records are flat (784,): unflattened to (1, 28, 28)
+            return nn.Sequential(
+                nn.Unflatten(1, (1, 28, 28)), *tf_privacy_mnist_cnn(setting.hidden)
+            )
         return nn.Sequential(
             nn.Linear(784, setting.hidden), nn.ReLU(), nn.Linear(setting.hidden, 10)
         )
@@ -45,13 +82,18 @@ def make_model(setting: BlackBoxSetting) -> nn.Module:
         torch.random.set_rng_state(generator_state)
 
 
-@functools.cache
 def initial_state(setting: BlackBoxSetting) -> dict[str, torch.Tensor]:
     """The parameters every run of ``setting`` starts from (computed once per process).
 
     Worst case: the seeded model pre-trained with full-batch Adam for ``pretrain_steps`` on
-    :func:`~audits.blackbox.data.pretraining_records`; random: the seeded model as built.
+    :func:`~audits.blackbox.data.pretraining_records`; random: the seeded model as built. The
+    setting's name and implementation do not enter: dpcore and Opacus runs start alike.
     """
+    return _initial_state(dataclasses.replace(setting, name="-", implementation="dpcore"))
+
+
+@functools.cache
+def _initial_state(setting: BlackBoxSetting) -> dict[str, torch.Tensor]:
     model = make_model(setting)
     if setting.init == "worst_case":
         x, y = pretraining_records(setting)
@@ -78,6 +120,17 @@ def noise_multiplier(
     )
 
 
+def public_divisor(setting: BlackBoxSetting) -> float:
+    """The divisor of every run's noisy sum: ``sampling_probability * subset_size``.
+
+    A public constant fixed by the setting before any record is seen, the same in both worlds
+    (the expected lot size of the "out" world's training set); not q times the size of the
+    run's own training set, which is one larger in the "in" world.
+    """
+    check_setting(setting)
+    return setting.sampling_probability * setting.subset_size
+
+
 def run_seed(run: BlackBoxRun) -> int:
     """The seed of a run's noise and lots, in [0, 2**63): a hash (numpy's SeedSequence) of the
     setting's seed, the claim, the world and the run's seed, so that no two runs of different
@@ -87,24 +140,35 @@ def run_seed(run: BlackBoxRun) -> int:
     return int(state[0] >> np.uint64(1))
 
 
-def train(run: BlackBoxRun) -> nn.Module:
-    """The final model of ``run`` (one torch thread).
+def training_records(run: BlackBoxRun) -> tuple[np.ndarray, np.ndarray]:
+    """The run's training set: the subset, then the target in the "in" world."""
+    x, y = subset(check_run(run).setting)
+    if run.world == "in":
+        tx, ty = target(run.setting)
+        x, y = np.concatenate([x, tx]), np.concatenate([y, ty])
+    return x, y
+
+
+def train(run: BlackBoxRun, *, dtype: torch.dtype = torch.float32, noise: bool = True) -> nn.Module:
+    """The final model of ``run`` (one torch thread), trained by dpcore.
+
+    ``dtype`` and ``noise=False`` are for checks against other implementations (float64, no
+    noise); audits use the defaults. The setting's ``implementation`` is not read here (see
+    :func:`execute`).
 
     Raises:
         InvalidParameterError: a bad run (see :func:`~audits.blackbox.settings.check_run`).
     """
     setting = check_run(run).setting
-    x, y = subset(setting)
-    if run.world == "in":
-        tx, ty = target(setting)
-        x, y = np.concatenate([x, tx]), np.concatenate([y, ty])
+    x, y = training_records(run)
     model = make_model(setting)
     model.load_state_dict(initial_state(setting))
+    model.to(dtype)
     seed = run_seed(run)
     trainer = DPTrainer.dp_sgd(
         model,
         lr=setting.lr,
-        inputs=torch.from_numpy(x),
+        inputs=torch.from_numpy(x).to(dtype),
         targets=torch.from_numpy(y),
         loss_fn=nn.CrossEntropyLoss(reduction="none"),
         noise_multiplier=noise_multiplier(
@@ -115,15 +179,21 @@ def train(run: BlackBoxRun) -> nn.Module:
             len(y), sampling_probability=setting.sampling_probability, seed=seed
         ),
         engine="fast",
+        noise=None if noise else _NoNoise(),
         seed=seed,
+        max_physical_batch_size=PHYSICAL_BATCH,
     )
+    # DPTrainer divides by its sampler's expected lot size, q * len(y): 1,000 or 1,001 here.
+    trainer.optimizer.expected_batch_size = public_divisor(setting)
     for _ in range(setting.steps):
         trainer.step()
     return model
 
 
 def execute(run: BlackBoxRun) -> dict[str, Any]:
-    """Train ``run``'s model; the target's scores on the final model and the seconds (JSON).
+    """Train ``run``'s model with the setting's implementation (dpcore: :func:`train`; Opacus:
+    :func:`audits.blackbox.opacus_training.train`); the target's scores on the final model and
+    the seconds (JSON).
 
     Returns:
         ``{"loss": ..., "logit_margin": ..., "noise_multiplier": ..., "seconds": ...}``.
@@ -133,7 +203,12 @@ def execute(run: BlackBoxRun) -> dict[str, Any]:
     """
     start = time.perf_counter()
     with single_thread():
-        model = train(run)
+        if check_run(run).setting.implementation == "opacus":
+            from audits.blackbox.opacus_training import train as train_with_opacus
+
+            model = train_with_opacus(run)
+        else:
+            model = train(run)
         scores = target_scores(model, *target(run.setting))
     sigma = noise_multiplier(
         run.epsilon, run.setting.delta, run.setting.sampling_probability, run.setting.steps

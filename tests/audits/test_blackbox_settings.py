@@ -13,7 +13,8 @@ from dpcore.runs import RunStore, check_spec, spec_json, spec_key
 
 BAD_FIELDS = [
     ("subset_size", 0),
-    ("model", "cnn"),
+    ("model", "resnet"),
+    ("implementation", "jax"),
     ("hidden", 0),
     ("init", "pretrained"),
     ("pretrain_size", 0),
