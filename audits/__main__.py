@@ -32,6 +32,7 @@ from audits import (
     report,
     sampler_audit,
 )
+from audits.blackbox import crafted_audit as blackbox_crafted
 from audits.implementations import table as implementations
 from dpcore.errors import InvalidParameterError
 from dpcore.runs import parse_executor
@@ -48,6 +49,7 @@ AUDITS: dict[str, tuple[Callable[..., Any], Callable[[], None]]] = {
     "one_run": (one_run.run, one_run.write_report),
     "membership": (membership.run, membership.write_report),
     "blackbox": (blackbox.run, blackbox.write_report),
+    "blackbox_crafted": (blackbox_crafted.run, blackbox_crafted.write_report),
     "implementations": (implementations.run, implementations.write_report),
 }
 
