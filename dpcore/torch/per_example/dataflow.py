@@ -238,6 +238,24 @@ def tensors_in(tree: Any) -> list[torch.Tensor]:
     return found
 
 
+def _argument_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
+    """``tensors_in((args, kwargs))``, with the common case (tensors and scalars as arguments)
+    unrolled."""
+    found: list[torch.Tensor] = []
+    for item in args:
+        if isinstance(item, torch.Tensor):
+            found.append(item)
+        elif not isinstance(item, _SCALARS):
+            _collect(item, found)
+    if kwargs:
+        for item in kwargs.values():
+            if isinstance(item, torch.Tensor):
+                found.append(item)
+            elif not isinstance(item, _SCALARS):
+                _collect(item, found)
+    return found
+
+
 def _collect(tree: Any, found: list[torch.Tensor]) -> None:
     items = tree.values() if isinstance(tree, dict) else tree
     if not isinstance(items, (tuple, list, type({}.values()))):
@@ -346,29 +364,42 @@ class BatchDataflow(TorchFunctionMode):
         result = func(*args, **kwargs)
         if func in _CONSTANT_RESULTS:
             return result
-        outputs = tensors_in(result)
+        outputs = [result] if isinstance(result, torch.Tensor) else tensors_in(result)
         if not outputs and getattr(func, "__name__", None) == "__get__":
             return result  # an attribute read (a shape, dtype or flag)
-        arguments = tensors_in((args, kwargs))
-        if (
-            self._frames
-            and outputs  # not a shape, dtype or device read
-            and any(self._is_parameter(t) for t in arguments)
-        ):
-            version = result._version if isinstance(result, torch.Tensor) else -1
-            self._frames[-1].append(OperationCall(func, args, kwargs, result, version))
+        arguments = _argument_tensors(args, kwargs)
+        if self._frames and outputs:  # not a shape, dtype or device read
+            parameters = self._parameters
+            if any(parameters.get(id(t)) is t for t in arguments):
+                version = result._version if isinstance(result, torch.Tensor) else -1
+                self._frames[-1].append(OperationCall(func, args, kwargs, result, version))
         operands = tensors_in(args[:1]) if func in _SHAPE_ONLY_SECOND else arguments
         if not operands:
             return result
-        batched = [t for t in operands if self.is_batched(t)]
-        independent = [t for t in operands if self.sources(t)]
+        # one pass over the operands: their batch dimensions and their sources (inlined
+        # _Registry.get: this runs for every operation of every traced forward)
+        batched_refs, source_refs = self._batched._refs, self._sources._refs
+        batched: list[torch.Tensor] = []
+        dims: set[int] = set()
+        independent: list[torch.Tensor] = []
+        for tensor in operands:
+            entry = batched_refs.get(id(tensor))
+            if entry is not None and entry[0]() is tensor:
+                batched.append(tensor)
+                dims.add(entry[1])
+            entry = source_refs.get(id(tensor))
+            if entry is not None and entry[1] and entry[0]() is tensor:
+                independent.append(tensor)
         if func is T.__setitem__ and args and isinstance(args[0], torch.Tensor):
             outputs = [args[0]]  # in place: the target takes the value's dependence
         if batched:
-            dim = self._output_dim(func, args, kwargs, batched, result)
+            dim = self._output_dim(func, args, kwargs, batched, result, dims)
             for tensor in outputs:
-                self._batched.put(tensor, dim)
-                self._sources.drop(tensor)
+                key = id(tensor)
+                batched_refs[key] = (weakref.ref(tensor), dim)
+                entry = source_refs.get(key)
+                if entry is not None and entry[0]() is tensor:
+                    del source_refs[key]
             if independent and not self._frames:
                 self._record(func, args, kwargs, result, independent)
         elif independent:
@@ -386,9 +417,10 @@ class BatchDataflow(TorchFunctionMode):
         kwargs: dict[str, Any],
         batched: list[torch.Tensor],
         result: Any,
+        dims: set[int],
     ) -> int:
-        """The batch dimension of ``func``'s result from its batched operands' (-1: unknown)."""
-        dims = {self._batched.get(t) for t in batched}
+        """The batch dimension of ``func``'s result from its batched operands' (-1: unknown);
+        ``dims`` holds those operands' batch dimensions."""
         if len(dims) != 1 or not isinstance(result, torch.Tensor):
             return -1
         dim = int(dims.pop())
