@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+import torch
 
 from audits.blackbox import training
 from audits.blackbox.settings import BlackBoxRun, BlackBoxSetting
@@ -39,3 +40,106 @@ def test_both_worlds_divide_by_the_same_public_constant(
     for world in ("out", "in"):
         seen = _divisors_dpcore(monkeypatch, BlackBoxRun(setting, 4.0, world, 0))
         assert seen == [q * 40] * setting.steps, world
+
+
+def test_opacus_runs_divide_by_the_same_public_constant(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Opacus' optimizer divides by q * subset_size in both worlds, not by
+    ``int(len(dataset) * rate)`` that ``make_private`` sets (40 or 41 here)."""
+    from opacus.optimizers import DPOptimizer as OpacusOptimizer
+
+    from audits.blackbox import opacus_training
+
+    seen: list[float] = []
+    scale = OpacusOptimizer.scale_grad
+
+    def spy(self: OpacusOptimizer) -> None:
+        seen.append(self.expected_batch_size)
+        scale(self)
+
+    monkeypatch.setattr(OpacusOptimizer, "scale_grad", spy)
+    for world in ("out", "in"):
+        seen.clear()
+        opacus_training.train(BlackBoxRun(TINY, 4.0, world, 0))
+        assert seen == [40.0] * TINY.steps, world
+
+
+def _final(implementation: str, run: BlackBoxRun) -> dict[str, torch.Tensor]:
+    from audits.blackbox import opacus_training
+
+    train = opacus_training.train if implementation == "opacus" else training.train
+    return train(run, dtype=torch.float64, noise=False).state_dict()
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"max_grad_norm": 1e6},
+        {"model": "mlp", "hidden": 8, "max_grad_norm": 1e6},
+        {"max_grad_norm": 1.0},
+        {"init": "random", "max_grad_norm": 0.1},
+        {"model": "cnn", "max_grad_norm": 0.05},
+    ],
+)
+def test_without_noise_dpcore_and_opacus_end_at_the_same_parameters(
+    changes: dict[str, object],
+) -> None:
+    """Full batch, float64, no noise, 3 steps from the same initial parameters, in the "in"
+    world. Without clipping (C = 1e6) both give the same parameters to rounding. With clipping
+    they differ only by the clipping factor: Opacus' ``C / (||g|| + 1e-6)`` against dpcore's
+    ``C / ||g||``, a relative difference below 1e-6 / C per clipped gradient; the parameters'
+    difference stays below 2e-6 / C of their largest move."""
+    setting = dataclasses.replace(TINY, **changes)  # type: ignore[arg-type]
+    run = BlackBoxRun(setting, 4.0, "in", 0)
+    ours, theirs = _final("dpcore", run), _final("opacus", run)
+    start = training.initial_state(setting)
+    moved = max(float((ours[k] - start[k].double()).abs().max()) for k in ours)
+    gap = max(float((ours[k] - theirs[k]).abs().max()) for k in ours)
+    assert moved > 1e-4  # the runs trained
+    if setting.max_grad_norm >= 1e6:
+        assert gap <= 1e-12 * max(moved, 1.0)
+    else:
+        assert 0 < gap <= 2e-6 / setting.max_grad_norm * moved
+
+
+def test_opacus_runs_are_reproducible_noisy_and_score_like_dpcore_runs() -> None:
+    """Noise on, Poisson lots (q = 0.5): the same run gives the same scores, the worlds and the
+    implementations differ (their own lots and noise), and the noise multiplier is dpcore's."""
+    setting = dataclasses.replace(TINY, sampling_probability=0.5, implementation="opacus")
+    run = BlackBoxRun(setting, 4.0, "in", 1)
+    first, again = training.execute(run), training.execute(run)
+    assert first["loss"] == again["loss"] and first["logit_margin"] == again["logit_margin"]
+    assert training.execute(dataclasses.replace(run, world="out"))["loss"] != first["loss"]
+    ours = training.execute(
+        dataclasses.replace(run, setting=dataclasses.replace(setting, implementation="dpcore"))
+    )
+    assert ours["loss"] != first["loss"]
+    assert ours["noise_multiplier"] == first["noise_multiplier"] > 0
+
+
+def test_the_cnn_starts_from_worst_case_parameters_shared_by_both_implementations() -> None:
+    setting = dataclasses.replace(TINY, model="cnn")
+    model = training.make_model(setting)
+    assert sum(p.numel() for p in model.parameters()) == 26_010
+    pretrained = training.initial_state(setting)
+    random = training.initial_state(dataclasses.replace(setting, init="random"))
+    assert any(not pretrained[k].equal(random[k]) for k in pretrained)
+    opacus = training.initial_state(dataclasses.replace(setting, implementation="opacus"))
+    assert all(opacus[k] is pretrained[k] for k in pretrained)
+    result = training.execute(BlackBoxRun(setting, 4.0, "out", 0))
+    assert result["loss"] >= 0 and result["seconds"] > 0
+
+
+@pytest.mark.parametrize("implementation", ["dpcore", "opacus"])
+def test_lots_above_the_physical_batch_are_clipped_in_parts_with_one_step(
+    implementation: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full lot of 41 in parts of 16 (three parts) ends where the lot in one part does."""
+    from audits.blackbox import opacus_training
+
+    run = BlackBoxRun(dataclasses.replace(TINY, max_grad_norm=0.1), 4.0, "in", 0)
+    whole = _final(implementation, run)
+    monkeypatch.setattr(training, "PHYSICAL_BATCH", 16)
+    monkeypatch.setattr(opacus_training, "PHYSICAL_BATCH", 16)
+    parts = _final(implementation, run)
+    for name, value in whole.items():
+        torch.testing.assert_close(parts[name], value, rtol=1e-12, atol=1e-12)
