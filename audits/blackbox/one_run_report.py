@@ -1,0 +1,102 @@
+"""``audits/results/blackbox_one_run*.md``: the one-run audit's table, generated from its JSON.
+
+One line per (canary setting, claim): the audit of run seed 0 (m, guesses, right guesses, both
+bounds, the ratio of the larger to the claim, the training's seconds), then what the other run
+seeds of the profile gave (each its own audit, with its own bits and noise): the median bounds
+and how many runs put a bound above the claim.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from audits import results_io
+from audits.blackbox.one_run import ANCHORS, PROFILES, results_name
+from dpcore.atomic import atomic_write_text
+
+__all__ = ["best_bound", "table", "write_report"]
+
+
+def best_bound(row: dict[str, Any]) -> float:
+    """The larger of a row's bounds (both hold together at the row's confidence)."""
+    gdp = row["epsilon_lower_gdp"]
+    return max(float(row["epsilon_lower_steinke"]), float(gdp) if gdp is not None else 0.0)
+
+
+def _gdp(value: float | None) -> str:
+    return "not run (q < 1)" if value is None else f"{value:.3f}"
+
+
+def table(rows: list[dict[str, Any]], meta: dict[str, Any] | None = None) -> str:
+    """The markdown report of ``rows`` (and of their provenance ``meta``, when given)."""
+    lines = [
+        "# One-run black-box membership audit with designed canaries",
+        "",
+        "One DP-SGD training on a 1,000-record MNIST subset plus m canaries, each included with",
+        "probability 1/2; the auditor sees the final model's logits on the canaries only, scores",
+        "each by the gain of its logit margin over the initial model's, guesses 'in' for the k",
+        "highest and 'out' for the k lowest (k fixed in advance) and bounds ε from the right",
+        "guesses: Thm 5.2 of Steinke, Nasr, Jagielski 2023 (any (ε, δ)-DP training) and the",
+        "f-DP one-run bound of Mahloujifar, Melis, Chaudhuri 2025 for Gaussian DP (full batch",
+        "only, where DP-SGD is μ-GDP by construction). With both, each is at 97.5 % (Bonferroni,",
+        "95 % together); with q < 1, Thm 5.2 alone at 95 %. ε_lb / ε uses the larger bound.",
+        "Columns up to 'run time' are the audit of run seed 0; the last three summarise the",
+        "profile's run seeds (each an audit of its own, with its own bits and noise).",
+        "",
+        "| canaries | ε | sigma | m | k (each side) | right guesses | ε_lb Thm 5.2 |"
+        " ε_lb GDP route | ε_lb / ε | run time (s) | seeds | median ε_lb Thm 5.2 / GDP |"
+        " seeds with ε_lb > ε |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    cells: dict[tuple[str, float], list[dict[str, Any]]] = {}
+    for row in rows:
+        cells.setdefault((row["setting_name"], row["epsilon"]), []).append(row)
+    for (name, epsilon), group in cells.items():
+        group = sorted(group, key=lambda row: row["seed"])
+        first = group[0]
+        steinke = float(np.median([row["epsilon_lower_steinke"] for row in group]))
+        gdps = [row["epsilon_lower_gdp"] for row in group if row["epsilon_lower_gdp"] is not None]
+        median_gdp = f"{float(np.median(gdps)):.2f}" if gdps else "-"
+        over = sum(best_bound(row) > epsilon for row in group)
+        lines.append(
+            f"| {name} | {epsilon:g} | {first['noise_multiplier']:.3g} | {first['canaries']} | "
+            f"{first['guesses'] // 2} | {first['correct']} / {first['guesses']} | "
+            f"{first['epsilon_lower_steinke']:.3f} | {_gdp(first['epsilon_lower_gdp'])} | "
+            f"{best_bound(first) / epsilon:.3f} | {first['run_seconds']:.1f} | {len(group)} | "
+            f"{steinke:.2f} / {median_gdp} | {over} |"
+        )
+    lines += ["", "Anchors (ε_lb at ε = 4):"]
+    lines += [
+        f"- {anchor['source']}: {anchor['epsilon_lower']} ({anchor['ratio']})" for anchor in ANCHORS
+    ]
+    if meta is not None:
+        config = meta.get("config", {})
+        hardware = config.get("hardware", {})
+        lines += [
+            "",
+            f"Profile `{config.get('profile')}`, commit `{meta.get('commit')}`, "
+            f"{hardware.get('cpu')} ({hardware.get('cpus')} CPUs), torch {config.get('torch')}, "
+            f"executor {config.get('executor')}, wall time {config.get('wall_seconds', 0):.0f} s, "
+            f"created {meta.get('created')}.",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(name: str | None = None) -> None:
+    """Write ``results/<name>.md`` from ``results/<name>.json`` (and its provenance).
+
+    Args:
+        name: a results stem (:func:`~audits.blackbox.one_run.results_name`); None: every
+            profile's whose results exist.
+    """
+    names = [name] if name is not None else [results_name(p) for p in PROFILES]
+    for stem in names:
+        if name is None and not (results_io.RESULTS / f"{stem}.json").exists():
+            continue
+        rows = results_io.load(stem)
+        meta_path = results_io.RESULTS / f"{stem}.meta.json"
+        meta = json.loads(meta_path.read_text()) if meta_path.exists() else None
+        atomic_write_text(results_io.RESULTS / f"{stem}.md", table(rows, meta))
