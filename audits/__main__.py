@@ -33,6 +33,8 @@ from audits import (
     sampler_audit,
 )
 from audits.blackbox import crafted_audit as blackbox_crafted
+from audits.blackbox import one_run as blackbox_one_run
+from audits.blackbox import one_run_report as blackbox_one_run_report
 from audits.implementations import table as implementations
 from dpcore.errors import InvalidParameterError
 from dpcore.runs import parse_executor
@@ -49,6 +51,7 @@ AUDITS: dict[str, tuple[Callable[..., Any], Callable[[], None]]] = {
     "one_run": (one_run.run, one_run.write_report),
     "membership": (membership.run, membership.write_report),
     "blackbox": (blackbox.run, blackbox.write_report),
+    "blackbox_one_run": (blackbox_one_run.run, blackbox_one_run_report.write_report),
     "blackbox_crafted": (blackbox_crafted.run, blackbox_crafted.write_report),
     "implementations": (implementations.run, implementations.write_report),
 }
