@@ -49,6 +49,7 @@ __all__ = [
     "LINEAR",
     "MULTIPLICATIVE",
     "BatchDataflow",
+    "Lookup",
     "Meeting",
     "OperationCall",
     "tensors_in",
@@ -201,6 +202,16 @@ class OperationCall:
         return tensors_in((self.args, self.kwargs))
 
 
+@dataclasses.dataclass(frozen=True)
+class Lookup:
+    """``F.embedding(indices, weight)`` with constant ``indices`` (see
+    :meth:`BatchDataflow.lookup`); ``padding_idx`` non-negative or ``None``."""
+
+    indices: torch.Tensor | None
+    weight: torch.Tensor
+    padding_idx: int | None
+
+
 class _Registry:
     """Tensors by identity, without keeping them alive (ids of freed tensors are reused)."""
 
@@ -275,6 +286,10 @@ class BatchDataflow(TorchFunctionMode):
     Args:
         roots: the lot's tensors (inputs, targets): batched by definition.
         parameters: ``(name, parameter)`` of the trainable parameters: independent roots.
+        copied_meetings: the parameter-name sets of meetings whose result the forward is to go
+            on with a copy of (:class:`Meeting` ``parameters``): a meeting whose result a
+            previous forward wrote in place (NF-ResNet's ``ReLU(inplace=True)`` after a
+            ``ScaledStdConv2d``) keeps its result as recorded.
 
     While open (``with BatchDataflow(...):``), every torch operation is classified; modules
     with a fast-path handler bracket their batched calls with :meth:`enter_layer` /
@@ -285,13 +300,19 @@ class BatchDataflow(TorchFunctionMode):
     """
 
     def __init__(
-        self, roots: Iterable[torch.Tensor], parameters: Sequence[tuple[str, torch.Tensor]]
+        self,
+        roots: Iterable[torch.Tensor],
+        parameters: Sequence[tuple[str, torch.Tensor]],
+        copied_meetings: frozenset[frozenset[str]] = frozenset(),
     ) -> None:
         super().__init__()
         self._batched = _Registry()
         self._sources = _Registry()  # independent tensor -> frozenset of parameter names
         self._expanded_from = _Registry()  # expansion result -> the tensor it expands
+        self._lookups = _Registry()  # embedding of constant indices -> (indices, weight, pad)
         self._frames: list[list[OperationCall]] = []  # one per open layer call
+        self._copying: list[bool] = []  # per open layer call: its operations' results copied
+        self._copied_meetings = copied_meetings
         self._parameters: dict[int, torch.Tensor] = {}
         self.meetings: list[Meeting] = []
         for tensor in roots:
@@ -325,17 +346,54 @@ class BatchDataflow(TorchFunctionMode):
         found = self._expanded_from.get(tensor)
         return None if found is None else found()
 
+    def lookup(self, tensor: torch.Tensor) -> Lookup | None:
+        """How ``tensor`` was computed if it is ``F.embedding(indices, weight)`` of constant
+        indices (no example, no parameter in them) in a trainable ``weight``, with neither
+        ``max_norm`` nor ``scale_grad_by_freq``; else ``None``."""
+        found = self._lookups.get(tensor)
+        return None if found is None else Lookup(found[0](), found[1], found[2])
+
+    def _record_lookup(self, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> None:
+        names = ("input", "weight", "padding_idx", "max_norm", "norm_type", "scale_grad_by_freq")
+        values = dict(zip(names, args, strict=False)) | kwargs
+        indices, weight = values.get("input"), values.get("weight")
+        if not (
+            isinstance(result, torch.Tensor)
+            and isinstance(indices, torch.Tensor)
+            and isinstance(weight, torch.Tensor)
+            and self._is_parameter(weight)
+            and weight.dim() == 2
+            and values.get("max_norm") is None
+            and not values.get("scale_grad_by_freq", False)
+            and self._batched.get(indices) is None
+            and not self.sources(indices)
+            and tuple(result.shape) == (*indices.shape, weight.shape[1])
+        ):
+            return
+        padding = values.get("padding_idx")
+        if padding is not None:
+            padding = int(padding) % weight.shape[0]
+        self._lookups.put(result, (weakref.ref(indices), weight, padding))
+
     def mark_batched(self, tensor: torch.Tensor) -> None:
         """Declare ``tensor`` batched (for tests and planted bugs that replay shape rules)."""
         self._batched.put(tensor, -1)
         self._sources.drop(tensor)
 
-    def enter_layer(self) -> None:
-        """A handled layer's batched call begins (its weights' use is recorded, not met)."""
+    def enter_layer(self, copy_results: bool = False) -> None:
+        """A handled layer's batched call begins (its weights' use is recorded, not met).
+
+        With ``copy_results``, each recorded operation's result is kept as recorded and the
+        layer's own code goes on with a copy, so that an in-place write later in the same call
+        (timm's ``GroupNormAct``: an in-place activation after ``F.group_norm``) lands on the
+        copy and the recorded result stays the node whose gradient the handler reads.
+        """
         self._frames.append([])
+        self._copying.append(copy_results)
 
     def exit_layer(self) -> list[OperationCall]:
         """The innermost open layer call ends: the operations in it that took a parameter."""
+        self._copying.pop()
         return self._frames.pop()
 
     def _is_parameter(self, tensor: torch.Tensor) -> bool:
@@ -368,11 +426,13 @@ class BatchDataflow(TorchFunctionMode):
         if not outputs and getattr(func, "__name__", None) == "__get__":
             return result  # an attribute read (a shape, dtype or flag)
         arguments = _argument_tensors(args, kwargs)
+        copy = False  # hand the forward a copy of the result (set by the fast engine's reruns)
         if self._frames and outputs:  # not a shape, dtype or device read
             parameters = self._parameters
             if any(parameters.get(id(t)) is t for t in arguments):
                 version = result._version if isinstance(result, torch.Tensor) else -1
                 self._frames[-1].append(OperationCall(func, args, kwargs, result, version))
+                copy = self._copying[-1]
         operands = tensors_in(args[:1]) if func in _SHAPE_ONLY_SECOND else arguments
         if not operands:
             return result
@@ -401,14 +461,29 @@ class BatchDataflow(TorchFunctionMode):
                 if entry is not None and entry[0]() is tensor:
                     del source_refs[key]
             if independent and not self._frames:
-                self._record(func, args, kwargs, result, independent)
+                meeting = self._record(func, args, kwargs, result, independent)
+                copy = meeting is not None and meeting.parameters in self._copied_meetings
+            if copy and isinstance(result, torch.Tensor):
+                return self._handed_copy(result)
         elif independent:
             sources = frozenset().union(*(self.sources(t) for t in independent))
             for tensor in outputs:
                 self._sources.put(tensor, sources)
             if func in _EXPANSIONS and isinstance(result, torch.Tensor):
                 self._expanded_from.put(result, weakref.ref(args[0]))
+            elif func is functional.embedding:
+                self._record_lookup(args, kwargs, result)
         return result
+
+    def _handed_copy(self, result: torch.Tensor) -> torch.Tensor:
+        """A copy of a recorded ``result`` for the forward to go on with (batched like it).
+
+        The copy is made where torch's own operations are not seen (in this mode's handler), so
+        an in-place write to it later changes neither the recorded result nor its version.
+        """
+        copy = result.clone()
+        self._batched.put(copy, self._batched.get(result))
+        return copy
 
     def _output_dim(
         self,
@@ -453,10 +528,10 @@ class BatchDataflow(TorchFunctionMode):
         kwargs: dict[str, Any],
         result: Any,
         independent: list[torch.Tensor],
-    ) -> None:
+    ) -> Meeting | None:
         differentiable = [t for t in independent if t.requires_grad]
         if not differentiable:
-            return
+            return None
         parameters = frozenset().union(*(self.sources(t) for t in differentiable))
         if func in CONCATENATE:
             listed = list(args[0]) if args else list(kwargs.get("tensors", ()))
@@ -480,19 +555,19 @@ class BatchDataflow(TorchFunctionMode):
             )
         )
         output = result if isinstance(result, torch.Tensor) else torch.empty(0)
-        self.meetings.append(
-            Meeting(
-                func,
-                args,
-                kwargs,
-                output,
-                positions,
-                parameters,
-                supported,
-                output._version,
-                self.batch_dim(output),
-            )
+        meeting = Meeting(
+            func,
+            args,
+            kwargs,
+            output,
+            positions,
+            parameters,
+            supported,
+            output._version,
+            self.batch_dim(output),
         )
+        self.meetings.append(meeting)
+        return meeting
 
 
 def _layer_meets(

@@ -37,6 +37,7 @@ from dpcore.torch.per_example.dataflow import (
     CONVOLUTION,
     LINEAR,
     BatchDataflow,
+    Lookup,
     Meeting,
 )
 
@@ -162,6 +163,26 @@ def _dense(rows: _Rows) -> torch.Tensor:
     return dense
 
 
+def _lookup_rows(lookup: Lookup, rows: torch.Tensor) -> torch.Tensor:
+    """``(n, vocabulary, width)`` per-example gradients of an embedding table looked up at
+    constant ``(n, ...)`` indices, example i's gradient ``rows[i]`` (``(..., width)``) being with
+    respect to its own row of the lookup: ``sum_t onehot(indices[i, t]) rows[i, t]``, the padding
+    row left at zero (``torch.nn.functional.embedding``'s backward, one example at a time)."""
+    assert lookup.indices is not None
+    size, width = rows.shape[0], lookup.weight.shape[1]
+    indices = lookup.indices.reshape(size, -1)
+    values = rows.reshape(size, -1, width)
+    if lookup.padding_idx is not None:
+        values = torch.where(
+            (indices == lookup.padding_idx).unsqueeze(-1),
+            torch.zeros((), dtype=values.dtype),
+            values,
+        )
+    owners = torch.arange(size, device=indices.device).unsqueeze(1).expand_as(indices)
+    dense = values.new_zeros(size, *lookup.weight.shape)
+    return dense.index_put_((owners, indices), values, accumulate=True)
+
+
 def pull_back(
     tensor: torch.Tensor, rows: torch.Tensor, parameters: Sequence[nn.Parameter]
 ) -> list[torch.Tensor | None]:
@@ -232,10 +253,21 @@ def independent_rows(
                 if source is None:
                     break
                 rows = _collapse(rows, source)
+            lookup = dataflow.lookup(rows.tensor) if rows.diagonal else None
+            if lookup is not None and lookup.indices is not None:
+                # an embedding of constant indices with a row per example (token types of a
+                # batch-sized buffer): example i's table gradient from its own row, no B x B
+                # dense gradient pulled back through the lookup
+                names = [by_id[id(lookup.weight)]]
+                gradients: list[torch.Tensor | None] = [_lookup_rows(lookup, rows.rows)]
+                for name, gradient in zip(names, gradients, strict=True):
+                    if gradient is not None:
+                        found[name] = found[name] + gradient if name in found else gradient
+                continue
             dense = _dense(rows)
             if id(rows.tensor) in by_id:
                 names = [by_id[id(rows.tensor)]]
-                gradients: list[torch.Tensor | None] = [dense]
+                gradients = [dense]
             else:
                 names = sorted(dataflow.sources(rows.tensor))
                 gradients = pull_back(rows.tensor, dense, [parameters[n] for n in names])

@@ -285,12 +285,37 @@ class _ReluInside(nn.Linear):
         return functional.linear(inputs, self.weight, self.bias).relu_()
 
 
-def test_inplace_write_inside_a_layer_and_non_batch_first_are_rejected() -> None:
-    model = nn.Sequential(_ReluInside(3, 4), nn.Linear(4, 2))
-    engine = FastEngine(model, max_grad_norm=1.0)
-    with pytest.raises(IncompatibleModelError, match=r"'0'.*writes in place"):
-        engine.clipped_sum(torch.randn(4, 3), torch.tensor([0, 1, 0, 1]), CROSS_ENTROPY)
+class _WritesInsideItsCall(nn.Module):
+    """A layer whose own call writes the result of its ``F.linear`` in place (timm's
+    ``GroupNormAct`` does so to the result of ``F.group_norm``)."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = _ReluInside(3, 4, dtype=torch.float64)
+        self.head = nn.Linear(4, 2, dtype=torch.float64)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        return self.head(self.inner(inputs))  # type: ignore[no-any-return]
+
+    def make_batch(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        generator = torch.Generator().manual_seed(batch_size)
+        inputs = torch.randn(batch_size, 3, generator=generator, dtype=torch.float64)
+        return inputs, torch.randint(0, 2, (batch_size,), generator=generator)
+
+
+def test_a_layer_that_writes_in_place_inside_its_call_goes_on_with_a_copy() -> None:
+    torch.manual_seed(5)
+    model = _WritesInsideItsCall()
+    check_against_loop(model, batch_size=7)
+    engine = FastEngine(model, max_grad_norm=1.0)
+    engine.prepare(*model.make_batch(8), CROSS_ENTROPY)
+    assert [(layer.path, layer.copy_result) for layer in engine._layers] == [
+        ("inner", True),
+        ("head", False),
+    ]
+
+
+def test_non_batch_first_data_is_rejected() -> None:
     class TimeFirst(nn.Module):
         """Time-first data through a reshape, whose layout the data flow does not follow."""
 
@@ -444,3 +469,50 @@ def test_first_lot_reference_is_taken_in_ieee_float32(monkeypatch: pytest.Monkey
     )
     assert "ieee" in seen
     assert torch.backends.cudnn.conv.fp32_precision == "tf32"  # restored afterwards
+
+
+class _TokenTypes(nn.Module):
+    """BERT's embeddings in small: tokens plus a position table plus token types looked up at a
+    batch-sized expansion of a constant buffer (with a padding row)."""
+
+    def __init__(self, padding_idx: int | None) -> None:
+        super().__init__()
+        self.tokens = nn.Embedding(11, 4)
+        self.positions = nn.Embedding(8, 4)
+        self.types = nn.Embedding(3, 4, padding_idx=padding_idx)
+        self.register_buffer("type_ids", torch.tensor([[0, 1, 2, 1, 0, 2, 2]]))
+        self.head = nn.Linear(4, 3)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        size, length = tokens.shape
+        types = self.types(self.type_ids[:, :length].expand(size, length))
+        positions = self.positions(torch.arange(length).unsqueeze(0))
+        hidden = torch.tanh(self.tokens(tokens) + types + positions)
+        return self.head(hidden.mean(1))
+
+    def make_batch(self, batch_size: int, *, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        generator = torch.Generator().manual_seed(seed)
+        tokens = torch.randint(0, 11, (batch_size, 7), generator=generator)
+        return tokens, torch.randint(0, 3, (batch_size,), generator=generator)
+
+
+@pytest.mark.parametrize("padding_idx", [None, 2, -1])
+@pytest.mark.parametrize("batch_size", [3, 5, 8])
+def test_token_types_looked_up_at_an_expanded_buffer_are_exact_without_a_pull_back(
+    monkeypatch: pytest.MonkeyPatch, padding_idx: int | None, batch_size: int
+) -> None:
+    """The per-example table gradients of a lookup at a batch-sized expansion of constant indices
+    are read off each example's own rows (no (B, B, ...) gradient pulled back through it)."""
+    from dpcore.torch.per_example import independent
+
+    pulled: list[tuple[int, ...]] = []
+    original = independent.pull_back
+
+    def spy(tensor: torch.Tensor, rows: torch.Tensor, parameters: Any) -> Any:
+        pulled.append(tuple(tensor.shape))
+        return original(tensor, rows, parameters)
+
+    monkeypatch.setattr(independent, "pull_back", spy)
+    torch.manual_seed(2)
+    check_against_loop(_TokenTypes(padding_idx).double(), batch_size=batch_size)
+    assert pulled and all(shape[0] == 1 for shape in pulled)  # only the (1, T, d) positions
