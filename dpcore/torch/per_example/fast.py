@@ -27,7 +27,10 @@ LayerNorm/RMSNorm, have the examples along the dimension the data flow followed 
 ``nn.MultiheadAttention`` (and torch's transformer layers) is taken as its projections and the
 parameter-free attention between them (:mod:`dpcore.torch.per_example.attention`). A layer
 whose output or input the forward later writes in place (``nn.ReLU(inplace=True)``,
-``x += shortcut``) keeps a copy of it. Anything else is refused with the parameter's name, and
+``x += shortcut``) keeps a copy of it; so does the result of a handled operation written in place
+later in its layer's own call (timm's ``GroupNormAct``) or of an ``F.linear`` or convolution with
+a computed weight written in place downstream (NF-ResNet's ``ScaledStdConv2d`` before an in-place
+ReLU): the forward goes on with a copy. Anything else is refused with the parameter's name, and
 ``engine="auto"`` then trains on :class:`~dpcore.torch.per_example.vmap.VmapEngine`.
 """
 
@@ -143,6 +146,10 @@ class _Layer:
     copy_output: bool = False
     #: Set once a forward wrote in place to a tensor this layer saved (its input): saved copies.
     copy_saved: bool = False
+    #: Set once the layer's own call wrote in place to the result of its handled operation
+    #: (timm's ``GroupNormAct``: an in-place activation after ``F.group_norm``): the call then
+    #: goes on with a copy of that result (:meth:`BatchDataflow.enter_layer`).
+    copy_result: bool = False
     #: Set once the layer's call used its parameters other than as they are in one call of its
     #: handler's operation (a weight computed from them: standardised, normalised, merged): the
     #: layer is then followed operation by operation like unhandled code, its computed weight
@@ -353,6 +360,10 @@ class FastEngine(PerExampleEngine):
         self.norm_strategy: NormStrategy = norm_strategy
         self._layers = _plan(model)
         self._names = {id(p): n for n, p in self.named_parameters}  # parameter -> its name
+        #: Meetings (by their parameters' names) whose result a forward wrote in place (an
+        #: in-place activation after a convolution with a computed weight): later forwards go
+        #: on with a copy of the result (:class:`BatchDataflow` ``copied_meetings``).
+        self._copied_meetings: set[frozenset[str]] = set()
         self.verify = bool(verify)
         self._verified = not self.verify
 
@@ -367,7 +378,7 @@ class FastEngine(PerExampleEngine):
         layer.batched.append(batched)
         if not batched:
             return None
-        dataflow.enter_layer()
+        dataflow.enter_layer(layer.copy_result)
         first = args[0] if args else None
         if (  # the handler's target (the input) must be a graph node
             layer.handler.target_is_input
@@ -395,6 +406,9 @@ class FastEngine(PerExampleEngine):
                     raise _RerunError
                 result = operation.result
                 if isinstance(result, torch.Tensor) and result._version != operation.version:
+                    if not layer.copy_result:  # from now on, the call goes on with a copy
+                        layer.copy_result = True
+                        raise _RerunError
                     raise mismatch(
                         f"Module {layer.path!r} ({type(layer.module).__name__}) writes in place "
                         f"to the result of {operation.name} within its own call, so the gradient "
@@ -426,7 +440,11 @@ class FastEngine(PerExampleEngine):
     def _forward(
         self, inputs: Batch, targets: Batch, loss_fn: LossFunction
     ) -> tuple[torch.Tensor, torch.Tensor, BatchDataflow]:
-        dataflow = BatchDataflow((*tensors(inputs), *tensors(targets)), self.named_parameters)
+        dataflow = BatchDataflow(
+            (*tensors(inputs), *tensors(targets)),
+            self.named_parameters,
+            frozenset(self._copied_meetings),
+        )
         handles = []
         for layer in self._layers:
             layer.calls, layer.batched = [], []
@@ -496,6 +514,14 @@ class FastEngine(PerExampleEngine):
         size = batch_size(inputs)
         try:
             outputs, losses, dataflow = self._forward(inputs, targets, loss_fn)
+            written = {
+                meeting.parameters
+                for meeting in dataflow.meetings
+                if meeting.supported and meeting.output._version != meeting.version
+            }
+            if not written <= self._copied_meetings:  # once per meeting: copy, run again
+                self._copied_meetings |= written
+                raise _RerunError
             refuse_unsupported(dataflow.meetings, size)
             expected = self._reference_gradients(losses) if reference else None
             dtype = self.parameters[0].dtype
