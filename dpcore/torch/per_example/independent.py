@@ -163,15 +163,19 @@ def _dense(rows: _Rows) -> torch.Tensor:
     return dense
 
 
-def _lookup_rows(lookup: Lookup, rows: torch.Tensor) -> torch.Tensor:
+def _lookup_rows(lookup: Lookup, rows: _Rows) -> torch.Tensor:
     """``(n, vocabulary, width)`` per-example gradients of an embedding table looked up at
-    constant ``(n, ...)`` indices, example i's gradient ``rows[i]`` (``(..., width)``) being with
-    respect to its own row of the lookup: ``sum_t onehot(indices[i, t]) rows[i, t]``, the padding
-    row left at zero (``torch.nn.functional.embedding``'s backward, one example at a time)."""
+    constant indices: ``sum_t onehot(indices_t) g_{i,t}`` over the lookup's positions t, with
+    ``g_i`` example i's gradient with respect to the lookup's output (its own row of it where
+    the rows are diagonal) and the padding row left at zero: ``torch.nn.functional.embedding``'s
+    backward, one example at a time."""
     assert lookup.indices is not None
-    size, width = rows.shape[0], lookup.weight.shape[1]
-    indices = lookup.indices.reshape(size, -1)
-    values = rows.reshape(size, -1, width)
+    size, width = rows.rows.shape[0], lookup.weight.shape[1]
+    values = rows.rows.reshape(size, -1, width)
+    if rows.diagonal:  # example i's own lookup: indices[i]
+        indices = lookup.indices.reshape(size, -1)
+    else:  # one lookup every example shares
+        indices = lookup.indices.reshape(1, -1).expand(size, -1)
     if lookup.padding_idx is not None:
         values = torch.where(
             (indices == lookup.padding_idx).unsqueeze(-1),
@@ -253,13 +257,13 @@ def independent_rows(
                 if source is None:
                     break
                 rows = _collapse(rows, source)
-            lookup = dataflow.lookup(rows.tensor) if rows.diagonal else None
+            lookup = dataflow.lookup(rows.tensor)
             if lookup is not None and lookup.indices is not None:
-                # an embedding of constant indices with a row per example (token types of a
-                # batch-sized buffer): example i's table gradient from its own row, no B x B
-                # dense gradient pulled back through the lookup
+                # an embedding of constant indices (a position table, token types of a
+                # batch-sized buffer): the table's per-example gradients by the lookup's own
+                # rule, without a batched backward (and no B x B rows for a per-example lookup)
                 names = [by_id[id(lookup.weight)]]
-                gradients: list[torch.Tensor | None] = [_lookup_rows(lookup, rows.rows)]
+                gradients: list[torch.Tensor | None] = [_lookup_rows(lookup, rows)]
                 for name, gradient in zip(names, gradients, strict=True):
                     if gradient is not None:
                         found[name] = found[name] + gradient if name in found else gradient

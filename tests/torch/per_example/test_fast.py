@@ -498,11 +498,12 @@ class _TokenTypes(nn.Module):
 
 @pytest.mark.parametrize("padding_idx", [None, 2, -1])
 @pytest.mark.parametrize("batch_size", [3, 5, 8])
-def test_token_types_looked_up_at_an_expanded_buffer_are_exact_without_a_pull_back(
+def test_tables_looked_up_at_constant_indices_are_exact_without_a_pull_back(
     monkeypatch: pytest.MonkeyPatch, padding_idx: int | None, batch_size: int
 ) -> None:
-    """The per-example table gradients of a lookup at a batch-sized expansion of constant indices
-    are read off each example's own rows (no (B, B, ...) gradient pulled back through it)."""
+    """The per-example table gradients of lookups at constant indices (a shared position table, a
+    batch-sized expansion of a buffer) follow the lookup's rule: no gradient is pulled back
+    through them (for the expansion, that would be a (B, B, T, d) tensor)."""
     from dpcore.torch.per_example import independent
 
     pulled: list[tuple[int, ...]] = []
@@ -515,4 +516,4 @@ def test_token_types_looked_up_at_an_expanded_buffer_are_exact_without_a_pull_ba
     monkeypatch.setattr(independent, "pull_back", spy)
     torch.manual_seed(2)
     check_against_loop(_TokenTypes(padding_idx).double(), batch_size=batch_size)
-    assert pulled and all(shape[0] == 1 for shape in pulled)  # only the (1, T, d) positions
+    assert not pulled  # both tables read by the lookup's rule
