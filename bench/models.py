@@ -97,7 +97,7 @@ OPACUS_METHODS = ("opacus_hooks", "opacus_ghost")
 QUICK_MODELS = ("bert", "transformer_encoder")
 LOT_SEED = 1
 EXACTNESS_SEED = 2
-VERSIONED = ("torch", "transformers", "peft", "opacus", "timm")
+VERSIONED = ("torch", "torchvision", "transformers", "peft", "opacus", "timm")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -238,3 +238,23 @@ def test_models_fanned_out_through_an_executor_are_measured_one_at_a_time(
     assert document["rows"] == rows and rows[0]["status"] == "measured"
     assert rows[0]["methods"]["dpcore"]["ratio_to_nonprivate"] > 0
     assert (tmp_path / "models.md").exists()
+
+
+def test_recipes_build_their_models_and_lots_at_the_sizes_given() -> None:
+    """The tests build the benchmark's recipes smaller (tests/torch/library_models.py)."""
+    sizes = models_zoo.Sizes(vocabulary=10, sequence_length=5, width=8, heads=2, feed_forward=6)
+    encoder = models_zoo.recipe("transformer_encoder")
+    model = encoder.model(dtype=torch.float64, sizes=sizes)
+    assert model.embedding.weight.shape == (10, 8) and model.embedding.weight.dtype == torch.float64
+    tokens, labels = encoder.make_lot(4, 0, sizes=sizes)
+    assert tokens.shape == (4, 5) and int(tokens.max()) < 10 and labels.shape == (4,)
+    assert model(tokens).shape == (4, sizes.classes)
+    images, _ = models_zoo.image_lot(3, 0, models_zoo.Sizes(image_size=12))
+    assert images.shape == (3, 3, 12, 12)
+    inputs, _ = models_zoo.classifier_lot(5, 0, sizes)
+    assert inputs["attention_mask"].shape == (5, 5)
+    assert inputs["attention_mask"].sum(1).tolist() == [5, 4, 3, 2, 5]
+    assert models_zoo.SIZES["width"] == models_zoo.DEFAULT_SIZES.width == 64
+    assert models_zoo.SIZES["dropout"] == 0.0
+    timm_rows = [name for name, spec in models_zoo.MODELS.items() if spec.library == "timm"]
+    assert len(timm_rows) == 7  # built and checked in the bench environment (nox -s bench)
