@@ -156,11 +156,68 @@ def docs_browser(session: nox.Session) -> None:
     )
 
 
+#: The models benchmark's own environment (``python -m bench models``): timm needs torchvision,
+#: and no torchvision release imports beside this project's pinned torch CPU build
+#: (constraints/torch-cpu.txt), so this venv takes torch 2.14.1 and torchvision 0.29.1 as one
+#: pair, timm, the bench group (transformers, peft, Opacus) and dpcore, without that pin. It is
+#: about 5.9 GB (pip's torch is the CUDA build, which runs on CPU too); made on first use and
+#: brought up to date on each run, like the audit session's TF Privacy worker.
+BENCH_MODELS = ".nox/bench-models"
+BENCH_MODELS_TORCH = ("torch==2.14.1", "torchvision==0.29.1", "timm")
+#: Options of ``python -m bench`` that take a value (the rest of the arguments are names).
+BENCH_VALUED = ("--device", "--executor")
+
+
+def _bench_arguments(arguments: list[str]) -> tuple[list[str], list[str]]:
+    """``(names, options)`` of ``python -m bench``'s arguments (an option keeps its value)."""
+    names: list[str] = []
+    options: list[str] = []
+    taking = False
+    for argument in arguments:
+        if taking or argument.startswith("-"):
+            options.append(argument)
+            taking = not taking and argument in BENCH_VALUED
+        else:
+            names.append(argument)
+    return names, options
+
+
+def _bench_models_python(session: nox.Session) -> str:
+    """The python of :data:`BENCH_MODELS`, made on first use, its packages brought up to date."""
+    python = os.path.join(BENCH_MODELS, "bin", "python")
+    if not os.path.exists(python):
+        session.run("python", "-m", "venv", BENCH_MODELS)
+    deps = nox.project.dependency_groups(PYPROJECT, "bench")
+    install = ("-m", "pip", "install", "-q", *BENCH_MODELS_TORCH, *deps, "-e", ".[progress]")
+    session.run(python, *install, external=True)
+    return os.path.abspath(python)
+
+
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Time dpcore against peers; writes JSON under bench/results/ (``-- accounting`` for one)."""
+    """Time dpcore against peers; writes JSON under bench/results/ (``-- accounting`` for one).
+
+    ``models`` (named, or in the default list: every benchmark) runs in its own environment,
+    :data:`BENCH_MODELS`, since timm needs a torch and torchvision pair other than this
+    session's; the other benchmarks run in this session's environment.
+    """
     _install(session, "bench", extras="[torch,tf,progress]")
-    session.run("python", "-m", "bench", *session.posargs)
+    names, options = _bench_arguments(list(session.posargs))
+    if names and "models" not in names:
+        session.run("python", "-m", "bench", *session.posargs)
+        return
+    if not names:  # the default list (bench/__main__.py's default_names), models among them
+        listed = session.run(
+            "python",
+            "-c",
+            "from bench.__main__ import default_names; print(' '.join(default_names()))",
+            silent=True,
+        )
+        names = [name for name in str(listed or "").split() if name != "models"] + ["models"]
+    others = [name for name in names if name != "models"]
+    if others:
+        session.run("python", "-m", "bench", *others, *options)
+    session.run(_bench_models_python(session), "-m", "bench", "models", *options, external=True)
 
 
 #: TF Privacy's own environment for the implementation audits (TF 2.15; never beside torch).
