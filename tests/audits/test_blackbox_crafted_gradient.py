@@ -265,7 +265,7 @@ def test_the_command_line_runs_the_quick_profile_and_writes_the_table(
     from audits.__main__ import main
 
     monkeypatch.setattr(results_io, "RESULTS", tmp_path)
-    tiny = CraftedProfile("quick", ((TINY, 8),), epsilons=(4.0,))
+    tiny = CraftedProfile("quick", ((TINY, 8, (4.0,)),))
     monkeypatch.setitem(crafted_audit.PROFILES, "quick", tiny)
     assert main(["--only", "blackbox_crafted", "--profile", "quick"]) == 0
     (row,) = json.loads((tmp_path / "blackbox_crafted_quick.json").read_text())
@@ -278,3 +278,13 @@ def test_the_command_line_runs_the_quick_profile_and_writes_the_table(
     assert not (tmp_path / "blackbox_crafted.json").exists()
     again = crafted_audit.run(chosen=tiny, progress=False)  # read back from the run store
     assert again[0]["epsilon_lower"] == row["epsilon_lower"]
+
+
+def test_profiles_refuse_too_few_runs_or_no_claims() -> None:
+    with pytest.raises(InvalidParameterError) as few:
+        CraftedProfile("bad", ((TINY, 7, (4.0,)),))
+    assert few.value.parameter == "runs per world"
+    with pytest.raises(InvalidParameterError) as none:
+        CraftedProfile("bad", ((TINY, 8, ()),))
+    assert none.value.parameter == "epsilons"
+    assert set(crafted_audit.PROFILES) == {"quick", "full"}
