@@ -70,13 +70,19 @@ from dpcore.validation import check_count, check_positive, check_seed
 __all__ = [
     "ANCHORS",
     "DESIGNS",
+    "LABELS",
     "PROFILES",
     "OneRunSetting",
     "OneRunSpec",
+    "Profile",
     "audit",
+    "bits",
     "canaries",
+    "check_setting",
+    "check_spec",
     "decide",
     "execute",
+    "noise_seed",
     "results_name",
     "run",
     "store",
@@ -208,16 +214,34 @@ def _initial_model(base: BlackBoxSetting) -> nn.Module:
     return model
 
 
-def _seed(spec: OneRunSpec, stream: int) -> int:
-    entropy = [spec.setting.base.seed, spec.seed, round(spec.epsilon * 1e6), stream]
+def _entropy(spec: OneRunSpec) -> list[int]:
+    """What seeds a run: the run seed and everything that tells settings apart (base seed,
+    design, labels, m, q, steps), so that no two settings of a profile share bits or noise."""
+    setting, base = spec.setting, spec.setting.base
+    return [
+        base.seed,
+        spec.seed,
+        DESIGNS.index(setting.design),
+        LABELS.index(setting.labels),
+        setting.canaries,
+        round(base.sampling_probability * 1e6),
+        base.steps,
+    ]
+
+
+def noise_seed(spec: OneRunSpec) -> int:
+    """The seed of a run's noise and lots, in [0, 2**63): a hash (numpy's SeedSequence) of
+    the run's entropy and the claim, so no two claims or settings share noise draws."""
+    entropy = [*_entropy(check_spec(spec)), round(spec.epsilon * 1e6)]
     state = np.random.SeedSequence(entropy).generate_state(1, dtype=np.uint64)
     return int(state[0] >> np.uint64(1))
 
 
 def bits(spec: OneRunSpec) -> np.ndarray:
     """The canaries' inclusion bits of a run: independent fair coins (bool, length m), from a
-    generator seeded by the base seed and the run's seed only (the same bits at every claim)."""
-    rng = np.random.default_rng([check_spec(spec).setting.base.seed, spec.seed, 7])
+    generator seeded by the run's entropy without the claim (the same bits at every claim of a
+    setting and run seed, different bits for different settings or run seeds)."""
+    rng = np.random.default_rng([*_entropy(check_spec(spec)), 7])
     return rng.random(spec.setting.canaries) < 0.5
 
 
@@ -247,7 +271,7 @@ def execute(spec: OneRunSpec) -> dict[str, Any]:
     sigma = training.noise_multiplier(
         spec.epsilon, base.delta, base.sampling_probability, base.steps
     )
-    seed = _seed(spec, 0)
+    seed = noise_seed(spec)
     included = bits(spec)
     with single_thread():
         images, labels = canaries(spec.setting)
@@ -434,6 +458,8 @@ def _setting(
     seeds 97-99, which no profile audits)."""
     batch = "full batch" if base.sampling_probability == 1 else f"q = {base.sampling_probability}"
     name = f"{design}, {labels.replace('_', '-')} labels, {batch}"
+    if canaries > 1000:
+        name += f", {canaries} canaries"
     return OneRunSetting(name, design, labels, canaries, canaries // 10, base=base)
 
 
@@ -449,6 +475,7 @@ PROFILES = {
         (
             _setting("orthogonal", "least_likely", canaries=784),
             _setting("dense", "least_likely"),
+            _setting("dense", "least_likely", canaries=5000),
             _setting("dense", "random"),
             _setting("sparse", "random"),
             _setting("orthogonal", "least_likely", _POISSON, canaries=784),
