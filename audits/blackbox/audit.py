@@ -9,6 +9,7 @@ Rows are saved (``audits/results/blackbox.json`` and its provenance) after every
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import sys
 import time
 from typing import Any
@@ -28,14 +29,17 @@ from dpcore.validation import check_count
 
 __all__ = ["ANCHOR", "SOURCES", "audit_setting", "results_name", "run", "runs_of", "store"]
 
-#: The code that determines a run's result (its fingerprint keys the run store).
+#: The code that determines a run's result (its fingerprint keys the run store; Opacus' own
+#: version is in each result's provenance).
 SOURCES = (
     data,
+    "audits.blackbox.opacus_training",  # by name: Opacus is imported by the runs that use it
     scores,
     settings,
     training,
     "dpcore.calibration",
     "dpcore.data.datasets",
+    "dpcore.torch.models",
     "dpcore.torch.optimizers",
     "dpcore.torch.per_example.fast",
     "dpcore.torch.samplers",
@@ -188,6 +192,7 @@ def run(
         "executor": str(executor) if executor is not None else "local",
         "hardware": {k: v for k, v in machine().items() if k != "host"},
         "torch": sys.modules["torch"].__version__,
+        "opacus": importlib.metadata.version("opacus"),
         "anchor": ANCHOR,
     }
     for setting, runs_per_world in plan.audits:

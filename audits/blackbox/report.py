@@ -37,8 +37,12 @@ def table(rows: list[dict[str, Any]], meta: dict[str, Any] | None = None) -> str
     lines = [
         "# Black-box membership inference of the final model (multi-run)",
         "",
-        "One target record; N DP-SGD trainings per world (target in / out) on a 1,000-record",
-        "MNIST subset; the attacker sees the final model's outputs on the target only. ε_lb",
+        "One target record; N DP-SGD trainings per world (target in / out) on a fixed MNIST",
+        "training set (the records column: a 1,000-record subset, or all 60,000); the attacker",
+        "sees the final model's outputs on the target only. Every training divides its noisy",
+        "sum by the same public constant in both worlds (q times the records without the",
+        "target). Implementation: dpcore's DPTrainer.dp_sgd, or Opacus 1.6's PrivacyEngine on",
+        "the same run (initial parameters, sigma, clipping norm, divisor). ε_lb",
         "holds at 95 % for all routes of a row together (Bonferroni); thresholds are chosen on",
         "half of the runs and the bound is computed on the other half. ε_lb is the largest of",
         "the three routes' bounds (each the best over the loss and the logit margin):",
@@ -48,11 +52,13 @@ def table(rows: list[dict[str, Any]], meta: dict[str, Any] | None = None) -> str
         "(Shapiro-Wilk, Levene). sigma: the noise multiplier dpcore's PLD calibration gives ε",
         "at δ = 1e-5; run time: the trainings' seconds, one thread each.",
         "",
-        "| setting | ε | sigma | runs / world | ε_lb (95 %) | ε_lb / ε | Clopper-Pearson |"
-        " GDP (threshold) | Gaussian scores | Gaussian check | anchor ε_lb / ε | run time (s) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| setting | model | implementation | records | ε | sigma | runs / world | ε_lb (95 %) |"
+        " ε_lb / ε | Clopper-Pearson | GDP (threshold) | Gaussian scores | Gaussian check |"
+        " anchor ε_lb / ε | run time (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
+        setting = row["setting"]
         anchor = (
             f"{ANCHOR['ratio']:.2f}"
             if row["setting"] == rows[0]["setting"]
@@ -62,7 +68,9 @@ def table(rows: list[dict[str, Any]], meta: dict[str, Any] | None = None) -> str
             else "-"
         )
         lines.append(
-            f"| {row['setting_name']} | {row['epsilon']:g} | {row['noise_multiplier']:.3g} | "
+            f"| {row['setting_name']} | {setting['model']} | "
+            f"{setting.get('implementation', 'dpcore')} | {setting['subset_size']:,} | "
+            f"{row['epsilon']:g} | {row['noise_multiplier']:.3g} | "
             f"{row['runs_per_world']} | {row['epsilon_lower']:.3f} | {row['ratio']:.3f} | "
             f"{_by_route(row, 'clopper_pearson')} | {_by_route(row, 'gdp')} | "
             f"{_by_route(row, 'gaussian')} | {_gaussian_checks(row)} | {anchor} | "
@@ -79,7 +87,9 @@ def table(rows: list[dict[str, Any]], meta: dict[str, Any] | None = None) -> str
             "",
             f"Profile `{meta.get('config', {}).get('profile')}`, commit `{meta.get('commit')}`, "
             f"{hardware.get('cpu')} ({hardware.get('cpus')} CPUs), torch "
-            f"{meta.get('config', {}).get('torch')}, created {meta.get('created')}.",
+            f"{meta.get('config', {}).get('torch')}, Opacus "
+            f"{meta.get('config', {}).get('opacus', 'not recorded')}, created "
+            f"{meta.get('created')}.",
         ]
     return "\n".join(lines) + "\n"
 

@@ -82,7 +82,7 @@ def test_tiny_audit_end_to_end_resumes_from_the_store(
     assert not (tmp_path / "blackbox.json").exists()
     report.write_report("blackbox_tiny")
     text = (tmp_path / "blackbox_tiny.md").read_text()
-    assert "| tiny | 10 |" in text and "Annamalai" in text
+    assert "| tiny | linear | dpcore | 40 | 10 |" in text and "Annamalai" in text
 
 
 def test_soundness_over_seeds_on_a_cheap_setting(tmp_path: Path) -> None:
@@ -138,7 +138,7 @@ def test_the_command_line_runs_the_chosen_profile(
     assert main(["--only", "blackbox", "--profile", "quick"]) == 0
     (row,) = json.loads((tmp_path / "blackbox_quick.json").read_text())
     assert row["profile"] == "quick" and row["epsilon"] == 4.0
-    assert "| tiny | 4 |" in (tmp_path / "blackbox_quick.md").read_text()
+    assert "| tiny | linear | dpcore | 40 | 4 |" in (tmp_path / "blackbox_quick.md").read_text()
     assert not (tmp_path / "blackbox.json").exists()
     with pytest.raises(SystemExit):
         main(["--only", "blackbox", "--profile", "huge"])
@@ -170,6 +170,9 @@ def test_soundness_record_counts_exceedances(
     "changes",
     [
         {"model": "mlp", "hidden": 8},
+        {"model": "cnn", "hidden": 8},
+        {"implementation": "opacus"},
+        {"implementation": "opacus", "model": "cnn", "sampling_probability": 0.5},
         {"init": "random"},
         {"target": "natural"},
         {"target": "constant", "sampling_probability": 0.5},

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from audits.blackbox.profiles import PROFILES, Profile, profile
+from audits.blackbox.profiles import EPSILONS, PROFILES, QUICK_EPSILONS, Profile, profile
 from audits.blackbox.settings import BlackBoxRun, BlackBoxSetting, check_run, check_setting
 from dpcore.errors import InvalidParameterError
 from dpcore.runs import RunStore, check_spec, spec_json, spec_key
@@ -67,6 +67,16 @@ def test_profiles_check_their_settings_and_counts() -> None:
         Profile("tiny", ((BlackBoxSetting(), 3),))
     with pytest.raises(InvalidParameterError):
         Profile("bad", ((BlackBoxSetting(steps=0), 100),))
+
+
+def test_profiles_claim_the_issue_grid_and_cover_models_implementations_and_sizes() -> None:
+    assert EPSILONS == (1.0, 2.0, 4.0, 8.0, 10.0) == PROFILES["full"].epsilons
+    assert PROFILES["quick"].epsilons == QUICK_EPSILONS and set(QUICK_EPSILONS) < set(EPSILONS)
+    full = [setting for setting, _ in PROFILES["full"].audits]
+    covered = {(s.model, s.implementation, s.subset_size) for s in full}
+    for model, size in (("linear", 1000), ("cnn", 1000), ("linear", 60_000)):
+        assert {(model, "dpcore", size), (model, "opacus", size)} <= covered
+    assert len({s.name for s in full}) == len(full)
 
 
 def test_run_spec_round_trips_through_json_and_the_store(tmp_path: object) -> None:
