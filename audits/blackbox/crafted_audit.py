@@ -10,8 +10,8 @@ is in every step (k = 1), and ``1 / k`` of it at period k, since the final param
 noise of every step but the crafted gradient of only m. With Poisson lots (q < 1)
 ``B ~ Binomial(m, q)``: the score is a Gaussian against a Gaussian mixture, whose epsilon
 (computed exactly) is below the accountant's even at every step, because the last iterate does
-not show which steps held the record. Both ignore the divisor: q N counts the crafted record in
-the "in" world, so the two worlds' scales differ by N / (N + 1) (1e-3 here).
+not show which steps held the record. The divisor q N is the same public constant in both
+worlds, so these laws are the score's exactly.
 
 The decision is the black-box audit's (:func:`audits.blackbox.decision.decide`, 95 %,
 Bonferroni over the routes of a row): Clopper-Pearson always; for full batch also the GDP

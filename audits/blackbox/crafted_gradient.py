@@ -20,9 +20,12 @@ noises it like any example's:
 Its gradient is then ``-g (PIXEL_VALUE e_{W[k, j]} + e_{b[k]})``, of norm ``norm * C`` with
 ``g = norm C / sqrt(PIXEL_VALUE^2 + 1)``; clipped to C by the engine (``norm >= 1``), it moves
 the weight ``W[k, j]`` by ``lr C PIXEL_VALUE / sqrt(PIXEL_VALUE^2 + 1) / (q N)`` (``C`` up to a
-relative 5e-9) at each step it is in the lot. No real record's gradient touches ``W[k, j]``
-(pixel j is zero), so the score -- the final ``W[k, j]``, the final parameters projected on the
-crafted direction's weight coordinate -- is ``W_0[k, j] + lr / (q N) (C B + sigma C Z sqrt(T))``
+relative 5e-9) at each step it is in the lot, N the subset's size: the runs divide by the
+black-box audit's public divisor q N in both worlds
+(:func:`audits.blackbox.training.public_divisor`), not by DPTrainer's q (N + 1) in the "in"
+world. No real record's gradient touches ``W[k, j]`` (pixel j is zero), so the score -- the
+final ``W[k, j]``, the final parameters projected on the crafted direction's weight
+coordinate -- is ``W_0[k, j] + lr / (q N) (C B + sigma C Z sqrt(T))``
 with ``B`` the number of chosen steps whose lot held the target (0 in the "out" world) and
 ``Z ~ N(0, 1)``.
 
@@ -111,7 +114,8 @@ def check_crafted_setting(setting: CraftedSetting) -> CraftedSetting:
     Raises:
         InvalidParameterError: not a CraftedSetting, an empty name, a bad base setting (see
             :func:`audits.blackbox.settings.check_setting`), a model other than "linear" (the
-            crafted direction is a weight of the linear model), a period below 1, or a norm
+            crafted direction is a weight of the linear model), an implementation other than
+            "dpcore", a period below 1, or a norm
             not >= 1 and finite.
     """
     if not isinstance(setting, CraftedSetting):
@@ -119,6 +123,10 @@ def check_crafted_setting(setting: CraftedSetting) -> CraftedSetting:
     if not isinstance(setting.name, str) or not setting.name:
         raise InvalidParameterError("name", "a non-empty str", setting.name)
     check_setting(setting.base)
+    if setting.base.implementation != "dpcore":
+        raise InvalidParameterError(
+            "implementation", "'dpcore' (the crafted loss is dpcore's)", setting.base.implementation
+        )
     if setting.base.model != "linear":
         raise InvalidParameterError(
             "model", "'linear' (the crafted weight's model)", setting.base.model
@@ -262,6 +270,9 @@ def train(run: CraftedRun, *, noise: NoiseSource | None = None) -> nn.Module:
         noise=noise,
         seed=seed,
     )
+    # the black-box runs' public divisor, q times the subset's size in both worlds (DPTrainer's
+    # own, q times the run's training set, would be one record larger in the "in" world)
+    trainer.optimizer.expected_batch_size = training.public_divisor(base)
     for step in range(base.steps):
         loss.active = step % setting.period == 0
         trainer.step()

@@ -69,11 +69,11 @@ def test_a_crafted_gradient_of_norm_10_c_moves_the_weight_by_lr_c_over_the_divis
 ) -> None:
     """Noise off, full batch: each chosen step adds lr C' / (q N) with C' = C PIXEL_VALUE /
     sqrt(PIXEL_VALUE^2 + 1) (C up to 5e-9): the gradient of norm 10 C was clipped to C by the
-    engine, summed and divided by the trainer's divisor q (N + 1); without it nothing moves."""
+    engine, summed and divided by the public divisor q N; without it nothing moves."""
     setting = dataclasses.replace(TINY, period=period, norm=10.0)
     base = setting.base
     assert crafted_gradient.zero_pixel(base) == 0  # MNIST's corner pixel is always 0
-    step = base.lr * base.max_grad_norm / (base.subset_size + 1)
+    step = base.lr * base.max_grad_norm / base.subset_size
     clipped = PIXEL_VALUE / math.sqrt(PIXEL_VALUE**2 + 1)
     chosen = crafted_gradient.inserted_steps(base.steps, period)
     assert chosen == (6 if period == 1 else 2)
@@ -86,7 +86,7 @@ def test_a_crafted_gradient_of_norm_10_c_moves_the_weight_by_lr_c_over_the_divis
 def test_with_poisson_lots_the_weight_moves_by_whole_steps_when_the_record_was_drawn() -> None:
     base = dataclasses.replace(TINY_BASE, sampling_probability=0.5, steps=8)
     setting = dataclasses.replace(TINY, base=base, norm=10.0)
-    unit = base.lr * base.max_grad_norm / (0.5 * (base.subset_size + 1))
+    unit = base.lr * base.max_grad_norm / (0.5 * base.subset_size)
     counts = [_moved(setting, "in", seed) / unit for seed in range(6)]
     rounded = np.round(counts)
     np.testing.assert_allclose(counts, rounded, atol=1e-5)
@@ -126,6 +126,7 @@ def test_crafted_record_is_zero_but_at_a_pixel_no_record_touches() -> None:
         ({"name": ""}, "name"),
         ({"base": dataclasses.replace(TINY_BASE, model="mlp")}, "model"),
         ({"base": dataclasses.replace(TINY_BASE, steps=0)}, "steps"),
+        ({"base": dataclasses.replace(TINY_BASE, implementation="opacus")}, "implementation"),
     ],
 )
 def test_bad_settings_are_refused_by_name(changes: dict[str, Any], parameter: str) -> None:
