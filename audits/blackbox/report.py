@@ -10,7 +10,15 @@ from audits.blackbox.audit import ANCHOR, results_name
 from audits.blackbox.profiles import PROFILES
 from dpcore.atomic import atomic_write_text
 
-__all__ = ["table", "write_report"]
+__all__ = ["OLD_ROWS", "table", "write_report"]
+
+#: Said under a table with rows from before the public divisor (their settings have no
+#: ``implementation`` field: they were made by the code that preceded both).
+OLD_ROWS = (
+    "dpcore*: measured before the public divisor: the runs divided the noisy sum by q times the"
+    ' training set\'s own size, 1,001 in the "in" world and 1,000 in the "out" world; such rows'
+    " are replaced when their profile is run again."
+)
 
 
 def _by_route(row: dict[str, Any], route: str) -> str:
@@ -69,7 +77,7 @@ def table(rows: list[dict[str, Any]], meta: dict[str, Any] | None = None) -> str
         )
         lines.append(
             f"| {row['setting_name']} | {setting['model']} | "
-            f"{setting.get('implementation', 'dpcore')} | {setting['subset_size']:,} | "
+            f"{setting.get('implementation', 'dpcore*')} | {setting['subset_size']:,} | "
             f"{row['epsilon']:g} | {row['noise_multiplier']:.3g} | "
             f"{row['runs_per_world']} | {row['epsilon_lower']:.3f} | {row['ratio']:.3f} | "
             f"{_by_route(row, 'clopper_pearson')} | {_by_route(row, 'gdp')} | "
@@ -81,6 +89,8 @@ def table(rows: list[dict[str, Any]], meta: dict[str, Any] | None = None) -> str
         f"Anchor: {ANCHOR['source']}: ε_lb {ANCHOR['epsilon_lower']} at ε = "
         f"{ANCHOR['epsilon']:g} ({ANCHOR['ratio']}).",
     ]
+    if any("implementation" not in row["setting"] for row in rows):
+        lines += ["", OLD_ROWS]
     if meta is not None:
         hardware = meta.get("config", {}).get("hardware", {})
         lines += [

@@ -83,6 +83,10 @@ def test_tiny_audit_end_to_end_resumes_from_the_store(
     report.write_report("blackbox_tiny")
     text = (tmp_path / "blackbox_tiny.md").read_text()
     assert "| tiny | linear | dpcore | 40 | 10 |" in text and "Annamalai" in text
+    assert report.OLD_ROWS not in text
+    old = {**row, "setting": {k: v for k, v in row["setting"].items() if k != "implementation"}}
+    marked = report.table([old])
+    assert "| tiny | linear | dpcore* | 40 | 10 |" in marked and report.OLD_ROWS in marked
 
 
 def test_soundness_over_seeds_on_a_cheap_setting(tmp_path: Path) -> None:
