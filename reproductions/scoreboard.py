@@ -61,20 +61,27 @@ def verdict(
     *,
     explanation: str | None = None,
     missing: str = "no result saved",
+    note: str | None = None,
 ) -> str:
     """``matches`` / ``differs (explained: ...)`` / ``differs (unexplained)`` / ``not run (...)``.
+
+    ``note`` is said after an unexplained difference (what is known without explaining it).
 
     Example:
         >>> verdict(0.95, 0.946, 0.01), verdict(9.34, 16.84, 0.005, explanation="see note")
         ('matches', 'differs (explained: see note)')
         >>> verdict(1.0, None, 0.1, missing="data unavailable")
         'not run (data unavailable)'
+        >>> verdict(0.95, 0.90, 0.01, note="not seed noise")
+        'differs (unexplained): not seed noise'
     """
     if ours is None or paper_value is None or tolerance is None:
         return f"not run ({missing})"
     if abs(ours - paper_value) <= tolerance + SLACK:
         return "matches"
-    return f"differs (explained: {explanation})" if explanation else "differs (unexplained)"
+    if explanation:
+        return f"differs (explained: {explanation})"
+    return f"differs (unexplained): {note}" if note else "differs (unexplained)"
 
 
 def _results(output: Output, stem: str) -> tuple[dict[str, Any] | None, str | None]:
@@ -98,6 +105,7 @@ def _row(
     explanation: str | None = None,
     missing: str = "no result saved",
     profile: str | None = None,
+    note: str | None = None,
 ) -> Row:
     config = (data or {}).get("config") or {}
     return Row(
@@ -107,7 +115,9 @@ def _row(
         ours=None if ours is None else round(float(ours), 6),
         tolerance=tolerance,
         tolerance_rule=rule,
-        verdict=verdict(paper_value, ours, tolerance, explanation=explanation, missing=missing),
+        verdict=verdict(
+            paper_value, ours, tolerance, explanation=explanation, missing=missing, note=note
+        ),
         profile=profile or config.get("profile") or ("n/a" if data is None else "any"),
         hardware=(
             None
@@ -197,6 +207,7 @@ def _abadi_sweeps(output: Output) -> Iterator[Row]:
     full = data.get("config", {}).get("profile") == "full"
     summary = data.get("summary", {})
     rows = {(row["axis"], str(row["value"])): row for row in data["rows"]}
+    spread = output.load_results(SEED_SPREAD) if full and output.has_results(SEED_SPREAD) else None
     titles = {"pca": "projection dimension", "hidden": "hidden units", "lot": "lot size",
               "random": "random projection dimension"}  # fmt: skip
     for axis, points in data.get("paper_fig5", {}).items():
@@ -210,13 +221,55 @@ def _abadi_sweeps(output: Output) -> Iterator[Row]:
                 else "only the quick sweep (2 epochs per point) is saved; the full sweep "
                 "(the paper's schedule per point) has not been run"
             )
+            ours = row["test_accuracy"] if finished and row else None
+            explanation, note = _seed_spread(spread, f"{axis}={value}", ours)
             yield _row(
                 ABADI,
                 f"Fig. 5 MNIST test accuracy vs {titles.get(axis, axis)} = {value} (eps = 2)",
-                accuracy, row["test_accuracy"] if finished and row else None, 0.01,
-                "1 percentage point (read off a plot)", data, stem or "abadi2016_sweeps",
-                missing=missing,
+                accuracy, ours, 0.01, "1 percentage point (read off a plot)", data,
+                stem or "abadi2016_sweeps", missing=missing, explanation=explanation, note=note,
             )  # fmt: skip
+
+
+SEED_SPREAD = "abadi2016_seed_spread_full"
+
+
+def _seed_spread(
+    study: dict[str, Any] | None, key: str, ours: float | None
+) -> tuple[str | None, str | None]:
+    """(explanation, note) of a Fig. 5 row from the saved seed study (``figures/{SEED_SPREAD}
+    .json``), or (None, None) without one for this row.
+
+    A study counts only if its seed-0 run is the row's own number. Complete (every seed done)
+    with the paper's value inside the prediction interval of one run: the explanation. Complete
+    and outside: a note giving the spread (the row stays unexplained). Incomplete: a note with
+    the seeds done so far; nothing changes without the whole study.
+    """
+    if study is None or ours is None:
+        return None, None
+    entry = next((item for item in study["points"].values() if key in item["comparisons"]), None)
+    if entry is None or entry["accuracy_by_seed"].get("0") != ours:
+        return None, None
+    item = entry["comparisons"][key]
+    level = f"{100 * study['config']['level']:g} %"
+    n, planned = entry["n"], entry["seeds_planned"]
+    where = f"figures/{SEED_SPREAD}.json"
+    if not entry["complete"]:
+        spread = "" if entry["sd"] is None else f", mean {entry['mean']:.4f} ± {entry['sd']:.4f}"
+        return None, f"seed study incomplete ({n} of {planned} seeds done{spread}), {where}"
+    spread = f"mean {entry['mean']:.4f} ± {entry['sd']:.4f} (sd)"
+    low, high = entry["prediction"]
+    if item["within_prediction"]:
+        return (
+            f"seed spread: paper's value within the {level} prediction interval of one run "
+            f"over {n} seeds, {spread}, interval [{low:.4f}, {high:.4f}], {where}"
+        ), None
+    family = "also" if item["outside_after_holm"] else "not"
+    return None, (
+        f"not seed noise: the paper's value is outside the {level} prediction interval of one "
+        f"run over {n} seeds, {spread}, interval [{low:.4f}, {high:.4f}] ({family} after Holm "
+        f"over the study's comparisons), {where}"
+    )
 
 
 def _abadi_cifar(output: Output) -> Iterator[Row]:

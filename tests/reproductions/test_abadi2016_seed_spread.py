@@ -1,0 +1,303 @@
+"""Seed spread of the Abadi et al. 2016 Fig. 5 sweep points: interval math, run specs, the
+quick pipeline through the run store (on generated data) and the scoreboard's verdicts."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from dpcore.errors import InvalidParameterError
+from dpcore.runs import parse_executor
+from reproductions import scoreboard
+from reproductions.abadi2016 import mnist_core, seed_spread, sweeps
+from reproductions.abadi2016.seed_spread import SeedSpreadConfig
+from reproductions.abadi2016.sweeps import SweepConfig
+from reproductions.harness import Output
+
+TINY = SeedSpreadConfig(
+    profile="test",
+    sweep=SweepConfig(
+        profile="test", reference_pca=10, reference_hidden=8, reference_lot=20, epochs=1
+    ),
+    points=(("pca", 10), ("lot", 10)),
+    seeds=2,
+)
+
+
+def _fake_mnist(split: str) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0 if split == "train" else 1)
+    patterns = np.random.default_rng(7).uniform(0, 200, size=(10, 5, 5))
+    n = 200 if split == "train" else 50
+    labels = rng.integers(0, 10, size=n)
+    images = patterns[labels] + rng.uniform(0, 55, size=(n, 5, 5))
+    return images.astype(np.uint8), labels.astype(np.int64)
+
+
+@pytest.fixture
+def generated_data(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mnist_core, "load_mnist", _fake_mnist)
+
+
+# ----------------------------------------------------------------------------- interval math
+
+
+@pytest.mark.parametrize("values", [[0.90, 0.92, 0.94], [0.9387, 0.941, 0.935, 0.944, 0.939]])
+@pytest.mark.parametrize("level", [0.95, 0.9])
+def test_intervals_are_scipys_t_intervals(values: list[float], level: float) -> None:
+    summary = seed_spread.interval_summary(values, level)
+    n, mean, sd = len(values), float(np.mean(values)), float(np.std(values, ddof=1))
+    assert summary["n"] == n and summary["mean"] == pytest.approx(mean)
+    assert summary["sd"] == pytest.approx(sd)
+    expected_mean = stats.t.interval(level, n - 1, loc=mean, scale=stats.sem(values))
+    expected_one = stats.t.interval(level, n - 1, loc=mean, scale=sd * math.sqrt(1 + 1 / n))
+    assert summary["mean_interval"] == pytest.approx(list(expected_mean))
+    assert summary["prediction"] == pytest.approx(list(expected_one))
+    low, high = summary["prediction"]
+    # the interval's ends are where the pivot's two-sided p-value is 1 - level
+    for end in (low, high):
+        assert seed_spread.prediction_p_value(end, summary) == pytest.approx(1 - level)
+    assert seed_spread.prediction_p_value(mean, summary) == pytest.approx(1.0)
+
+
+def test_prediction_interval_covers_one_further_run_at_its_level() -> None:
+    """20,000 samples of 5 normal runs and a 6th: the 95 % interval holds the 6th about 95 % of
+    the time (binomial sd 0.0015; the seed is fixed, so the test is deterministic)."""
+    rng = np.random.default_rng(2016)
+    draws = rng.normal(0.94, 0.004, size=(20_000, 6))
+    sample, further = draws[:, :5], draws[:, 5]
+    mean, sd = sample.mean(axis=1), sample.std(axis=1, ddof=1)
+    half = stats.t.ppf(0.975, 4) * sd * math.sqrt(1 + 1 / 5)
+    assert seed_spread.interval_summary(list(sample[0]))["prediction"] == pytest.approx(
+        [mean[0] - half[0], mean[0] + half[0]]
+    )
+    coverage = float(np.mean(np.abs(further - mean) <= half))
+    assert abs(coverage - 0.95) < 5 * math.sqrt(0.95 * 0.05 / 20_000)
+
+
+def test_one_value_has_no_spread_and_no_interval() -> None:
+    summary = seed_spread.interval_summary([0.9])
+    assert summary["sd"] is None and summary["prediction"] is None
+    assert seed_spread.prediction_p_value(0.9, summary) is None
+    assert seed_spread.interval_summary([])["mean"] is None
+
+
+def test_holm_adjustment() -> None:
+    assert seed_spread.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert seed_spread.holm([0.5, 0.001]) == pytest.approx([0.5, 0.002])
+    assert seed_spread.holm([0.9, 0.8]) == pytest.approx([1.0, 1.0])  # 2 x 0.8 capped at 1
+    assert seed_spread.holm([]) == []
+
+
+def test_bad_config_is_refused() -> None:
+    with pytest.raises(InvalidParameterError, match="seeds"):
+        SeedSpreadConfig(seeds=0)
+    with pytest.raises(InvalidParameterError, match="level"):
+        SeedSpreadConfig(level=1.0)
+    with pytest.raises(InvalidParameterError, match=r"sweep\.seed"):
+        SeedSpreadConfig(sweep=SweepConfig(seed=1))
+
+
+# ----------------------------------------------------------------------------- run specs
+
+
+def _flat(spec: Any, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
+    if isinstance(spec, dict):
+        return {k: v for key, item in spec.items() for k, v in _flat(item, (*prefix, key)).items()}
+    return {prefix: spec}
+
+
+@pytest.mark.parametrize("point", seed_spread.POINTS)
+def test_a_seed_run_is_the_sweeps_run_with_only_the_seed_changed(point: tuple[str, int]) -> None:
+    config = seed_spread.PROFILES["full"]
+    assert config.sweep == sweeps.PROFILES["full"]
+    axis, value = point
+    sweep_point = sweeps.point_config(sweeps.PROFILES["full"], axis, value)
+    sweep_key = mnist_core.private_spec(
+        sweep_point, sweeps.point_spec(sweeps.PROFILES["full"], sweep_point, 60_000), 60_000
+    )
+    assert seed_spread.run_key(config, axis, value, 0, 60_000) == sweep_key
+    for seed in (1, 4):
+        mine = _flat(seed_spread.run_key(config, axis, value, seed, 60_000))
+        theirs = _flat(sweep_key)
+        assert mine.keys() == theirs.keys()
+        changed = {key for key in mine if mine[key] != theirs[key]}
+        assert changed == {("config", "seed"), ("run", "seed")}
+        assert mine[("run", "seed")] == seed
+
+
+def test_fanned_out_jobs_are_the_sweeps_jobs_at_each_seed(monkeypatch: pytest.MonkeyPatch) -> None:
+    submitted: list[Any] = []
+    monkeypatch.setattr(seed_spread, "run_many", lambda f, jobs, executor: submitted.extend(jobs))
+    config = seed_spread.PROFILES["full"]
+    executor = parse_executor("processes:1")
+    seed_spread.fan_out(config, executor, store=Path("s"), fingerprint="f", include_seed0=False)
+    assert [(job.axis, job.value, job.config.seed) for job in submitted] == [
+        (axis, value, seed) for axis, value in seed_spread.POINTS for seed in range(1, 5)
+    ]
+    assert all(
+        job.config == dataclasses.replace(sweeps.PROFILES["full"], seed=job.config.seed)
+        for job in submitted
+    )
+
+
+def test_the_full_study_takes_seed_0_from_the_committed_sweep() -> None:
+    config = seed_spread.PROFILES["full"]
+    source = seed_spread._seed0_source(config, Output())
+    assert source is not None
+    for axis, value in config.points:
+        row = seed_spread._seed0_row(source, axis, value)
+        assert row is not None and row["test_accuracy"] is not None
+
+
+def test_quick_profile_is_tiny() -> None:
+    config = seed_spread.PROFILES["quick"]
+    steps = 0
+    for axis, value in config.points:
+        point = sweeps.point_config(config.sweep, axis, value)
+        steps += sweeps.run_steps(config.sweep, point, 60_000) * (config.seeds + 1)
+    assert steps <= 1_000 and config.seed0_results is None
+
+
+# ----------------------------------------------------------------------------- end to end
+
+
+def test_quick_study_end_to_end_through_the_run_store(
+    tmp_path: Path, generated_data: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    output = Output.under(tmp_path)
+    seed_spread.compute(config=TINY, output=output, log=tmp_path / "log")
+    first = output.load_results("abadi2016_seed_spread")
+    rows = first["rows"]
+    assert [(row["axis"], row["value"], row["seed"]) for row in rows] == [
+        (axis, value, seed) for axis, value in TINY.points for seed in range(3)
+    ]
+    assert all(row["done"] and row["source"] == "run store" for row in rows)
+    assert first["runs_left"] == 0
+    pca = first["points"]["pca=10"]
+    assert pca["complete"] and pca["n"] == 3
+    assert pca["accuracy_by_seed"] == {str(row["seed"]): row["test_accuracy"] for row in rows[:3]}
+    comparison = pca["comparisons"]["pca=10"]
+    assert comparison["paper"] == 0.94 and isinstance(comparison["within_prediction"], bool)
+    assert "p_value_holm" in comparison
+    assert first["points"]["lot=10"]["comparisons"] == {}  # no paper reading at lot 10
+    assert (tmp_path / "log").read_text().count("done dp_pca10_h8_l") == 6
+    assert (output.figures / "abadi2016_seed_spread.md").read_text().startswith("Seed spread")
+    # Done runs are read back (their checkpoint loaded), never trained again.
+    run_training = mnist_core.run_training
+
+    def only_finished(trainable: Any, state: Any, **kwargs: Any) -> Any:
+        assert state.done, "an unfinished run in a finished study"
+        return run_training(trainable, state, **kwargs)
+
+    monkeypatch.setattr(mnist_core, "run_training", only_finished)
+    seed_spread.compute(config=TINY, output=output)
+    assert output.load_results("abadi2016_seed_spread")["rows"] == rows
+
+
+def test_a_stopped_study_saves_what_is_done(tmp_path: Path, generated_data: None) -> None:
+    output = Output.under(tmp_path)
+    seed_spread.compute(config=TINY, output=output, deadline=0.0)
+    saved = output.load_results("abadi2016_seed_spread")
+    assert saved["runs_left"] == 6 and not any(row["done"] for row in saved["rows"])
+    assert saved["points"]["pca=10"]["sd"] is None
+    assert saved["points"]["pca=10"]["comparisons"]["pca=10"]["within_prediction"] is None
+
+
+# ----------------------------------------------------------------------------- scoreboard
+
+
+def _fake_sweep(output: Output, ours: dict[tuple[str, int], float]) -> None:
+    config = seed_spread.PROFILES["full"].sweep
+    rows = []
+    for (axis, value), accuracy in ours.items():
+        name = sweeps.run_name(sweeps.point_config(config, axis, value))
+        rows.append({"axis": axis, "value": value, "run": name, "test_accuracy": accuracy})
+    paper = {axis: {str(k): v for k, v in item.items()} for axis, item in sweeps.PAPER_FIG5.items()}
+    output.save_results(
+        "abadi2016_sweeps_full",
+        config=config,
+        rows=rows,
+        extra={"hardware": "test", "paper_fig5": paper, "summary": {}},
+    )
+
+
+def _fake_study(output: Output, accuracies: dict[tuple[str, int], list[float | None]]) -> None:
+    config = seed_spread.PROFILES["full"]
+    rows = [
+        {
+            "axis": axis,
+            "value": value,
+            "run": sweeps.run_name(sweeps.point_config(config.sweep, axis, value)),
+            "seed": seed,
+            "done": accuracy is not None,
+            "test_accuracy": accuracy,
+        }
+        for (axis, value), by_seed in accuracies.items()
+        for seed, accuracy in enumerate(by_seed)
+    ]
+    config = dataclasses.replace(config, points=tuple(accuracies))
+    points = seed_spread.summarise(config, rows)
+    output.save_results(
+        "abadi2016_seed_spread_full", config=config, rows=rows, extra={"points": points}
+    )
+
+
+def _verdicts(output: Output) -> dict[str, str]:
+    return {
+        row["quantity"].split(" vs ")[1]: row["verdict"]
+        for row in scoreboard.build_rows(output)
+        if row["quantity"].startswith("Fig. 5 MNIST")
+    }
+
+
+OURS = {("lot", 600): 0.9387, ("hidden", 1000): 0.9387, ("pca", 60): 0.9387}
+OURS |= {("pca", 10): 0.8988, ("random", 60): 0.9112, ("lot", 300): 0.9016}
+
+
+def test_scoreboard_without_a_study_keeps_the_rows_unexplained(tmp_path: Path) -> None:
+    output = Output.under(tmp_path)
+    _fake_sweep(output, OURS)
+    verdicts = _verdicts(output)
+    assert verdicts["lot size = 600 (eps = 2)"] == "differs (unexplained)"
+    assert verdicts["projection dimension = 10 (eps = 2)"] == "differs (unexplained)"
+
+
+def test_scoreboard_verdicts_from_the_seed_study(tmp_path: Path) -> None:
+    output = Output.under(tmp_path)
+    _fake_sweep(output, OURS)
+    _fake_study(
+        output,
+        {
+            ("lot", 600): [0.9387, 0.945, 0.950, 0.941, 0.948],  # paper 0.95 / 0.951 inside
+            ("pca", 10): [0.8988, 0.899, 0.897, 0.900, 0.898],  # paper 0.94 far outside
+            ("random", 60): [0.9112, 0.913, None, None, None],  # incomplete
+            ("lot", 300): [0.8, 0.9, 0.91, 0.92, 0.93],  # seed 0 is not the sweep's run
+        },
+    )
+    verdicts = _verdicts(output)
+    inside = verdicts["lot size = 600 (eps = 2)"]
+    assert inside.startswith(
+        "differs (explained: seed spread: paper's value within the 95 % prediction interval of "
+        "one run over 5 seeds, mean 0.9445 ± 0.0047 (sd)"
+    )
+    assert verdicts["hidden units = 1000 (eps = 2)"].startswith("differs (explained: seed")
+    assert verdicts["projection dimension = 60 (eps = 2)"] == "matches"
+    outside = verdicts["projection dimension = 10 (eps = 2)"]
+    assert outside.startswith(
+        "differs (unexplained): not seed noise: the paper's value is outside the 95 % "
+        "prediction interval of one run over 5 seeds, mean 0.8986 ± 0.0011 (sd)"
+    )
+    assert "(also after Holm" in outside
+    incomplete = verdicts["random projection dimension = 60 (eps = 2)"]
+    assert incomplete.startswith("differs (unexplained): seed study incomplete (2 of 5 seeds")
+    assert verdicts["lot size = 300 (eps = 2)"] == "differs (unexplained)"
+    rows = scoreboard.build_rows(output)
+    counted = scoreboard.totals([r for r in rows if r["quantity"].startswith("Fig. 5")])
+    unexplained = sum(1 for v in verdicts.values() if v.startswith("differs (unexplained"))
+    assert counted["differs_unexplained"] == unexplained == 3
