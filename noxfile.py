@@ -198,8 +198,9 @@ def bench(session: nox.Session) -> None:
     """Time dpcore against peers; writes JSON under bench/results/ (``-- accounting`` for one).
 
     ``models`` (named, or in the default list: every benchmark) runs in its own environment,
-    :data:`BENCH_MODELS`, since timm needs a torch and torchvision pair other than this
-    session's; the other benchmarks run in this session's environment.
+    :data:`BENCH_MODELS` (about 5.9 GB: pip's CUDA build of torch 2.14.1, run on CPU), since
+    timm needs torchvision and no torchvision release imports beside this session's pinned
+    torch CPU build; the other benchmarks run in this session's environment.
     """
     _install(session, "bench", extras="[torch,tf,progress]")
     names, options = _bench_arguments(list(session.posargs))

@@ -33,6 +33,10 @@ average, and ``rows``: one per model, its headline numbers also as scalar fields
 table made from it (:mod:`bench.models_table`). ``quick``: :data:`QUICK_REPETITIONS`
 repetitions of the :data:`QUICK_MODELS` only.
 
+``nox -s bench -- models`` runs this in its own environment (``.nox/bench-models``: torch
+2.14.1 with torchvision 0.29.1, which timm needs, beside transformers, peft and Opacus; see
+``noxfile.py``); elsewhere the timm rows say their library is not installed.
+
 With ``executor`` each model is a run of :func:`dpcore.runs.run_many` (:class:`ModelRun`,
 :func:`measure`) handed one at a time (:func:`dpcore.runs.one_at_a_time`): no two timings share
 a machine, and each row names the machine that timed it.
