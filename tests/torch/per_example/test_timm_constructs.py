@@ -204,3 +204,18 @@ def test_the_in_place_activation_still_changes_the_models_output() -> None:
         lot = engine.clipped_sum(inputs, targets, CROSS_ENTROPY)
         with torch.no_grad():
             torch.testing.assert_close(lot.outputs, model(inputs), atol=1e-12, rtol=0)
+
+
+def test_copies_are_kept_only_where_a_recorded_result_is_written_in_place() -> None:
+    """NF-ResNet: the convolution whose output the in-place ReLU overwrites (``block.conv1``)
+    goes on with a copy, the others do not; BiT: each ``GroupNormAct``'s own call does."""
+    model = _model("nf_resnet")
+    engine = FastEngine(model, max_grad_norm=1.0)
+    engine.prepare(*_lot(4, 1), CROSS_ENTROPY)
+    conv1 = frozenset({"block.conv1.weight", "block.conv1.gain", "block.conv1.bias"})
+    assert engine._copied_meetings == {conv1}
+    model = _model("bit")
+    engine = FastEngine(model, max_grad_norm=1.0)
+    engine.prepare(*_lot(4, 1), CROSS_ENTROPY)
+    copying = {layer.path for layer in engine._layers if layer.copy_result}
+    assert copying == {"norm1", "norm2", "norm"}
