@@ -242,8 +242,8 @@ def _seed_spread(
 
     A study counts only if its seed-0 run is the row's own number. Complete (every seed done)
     with the paper's value inside the prediction interval of one run: the explanation. Complete
-    and outside: a note giving the spread (the row stays unexplained). Incomplete: a note with
-    the seeds done so far; nothing changes without the whole study.
+    and outside: a note giving the spread (the row stays unexplained). Incomplete with two seeds
+    or more: a note with the spread so far; nothing changes without the whole study.
     """
     if study is None or ours is None:
         return None, None
@@ -255,8 +255,10 @@ def _seed_spread(
     n, planned = entry["n"], entry["seeds_planned"]
     where = f"figures/{SEED_SPREAD}.json"
     if not entry["complete"]:
-        spread = "" if entry["sd"] is None else f", mean {entry['mean']:.4f} ± {entry['sd']:.4f}"
-        return None, f"seed study incomplete ({n} of {planned} seeds done{spread}), {where}"
+        if entry["sd"] is None:  # one run: no spread to give yet
+            return None, None
+        spread = f"mean {entry['mean']:.4f} ± {entry['sd']:.4f} (sd) so far"
+        return None, f"seed study incomplete ({n} of {planned} seeds done, {spread}), {where}"
     spread = f"mean {entry['mean']:.4f} ± {entry['sd']:.4f} (sd)"
     low, high = entry["prediction"]
     if item["within_prediction"]:

@@ -455,8 +455,10 @@ def compute(
         config, output=output, store=store, fingerprint=fingerprint, n=len(data[0])
     )
     left = sum(1 for row in rows if not row["done"])
+    seed0 = _seed0_source(config, output)
     extra = {
         "hardware": f"{hardware_label(default_device())}, {spread(executor)}",
+        "seed0_hardware": None if seed0 is None else seed0.get("hardware"),
         "torch": torch.__version__,
         **output.provenance_of_runs(*CODE_MODULES),
         "wall_time_s": round(time.perf_counter() - start, 1),
@@ -479,18 +481,26 @@ def _fmt(value: float | None, digits: int = 4) -> str:
 def table(data: dict[str, Any]) -> str:
     """The study as a markdown table, from the saved results only."""
     config = data["config"]
-    k = config["seeds"]
+    k, epochs = config["seeds"], config["sweep"]["epochs"]
+    length = (
+        f"**{epochs} epoch(s) per run, not trained to the budget: NOT comparable with the "
+        "paper's values**"
+        if epochs is not None
+        else f"each run trained until eps = {config['sweep']['target_epsilon']:g} (moments, "
+        "incl. PCA) as in the sweep"
+    )
     lines = [
-        f"Seed spread of Abadi et al. 2016 Fig. 5 sweep points ({config['profile']} profile): "
-        f"seeds 0..{k}, {100 * config['level']:g} % intervals (t for the mean; prediction for "
-        f"one run), commit `{data['commit'][:12]}`, {data['hardware']}; runs left: "
-        f"{data['runs_left']}.",
+        f"Seed spread of Abadi et al. 2016 Fig. 5 sweep points ({config['profile']} profile; "
+        f"{length}): seeds 0..{k}, {100 * config['level']:g} % intervals (t for the mean; "
+        f"prediction for one run), commit `{data['commit'][:12]}`, {data['hardware']}; runs "
+        f"left: {data['runs_left']}."
+        + (f" Seed 0: {data['seed0_hardware']}." if data.get("seed0_hardware") else ""),
         "",
-        "| point | accuracy by seed | n | mean | sd | mean interval | prediction interval "
-        "| paper | within prediction | Holm p |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| model | paper's reading | accuracy by seed | n | mean | sd | mean interval "
+        "| prediction interval | paper | within prediction | Holm p |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for key, entry in data["points"].items():
+    for entry in data["points"].values():
         seeds = ", ".join(f"{s}: {a:.4f}" for s, a in entry["accuracy_by_seed"].items()) or "-"
         mean_interval = entry.get("mean_interval")
         prediction = entry.get("prediction")
@@ -501,7 +511,7 @@ def table(data: dict[str, Any]) -> str:
         for label, item in entry["comparisons"].items():
             within = item["within_prediction"]
             lines.append(
-                f"| {key} ({label}) | {seeds} | {entry['n']} of {entry['seeds_planned']} "
+                f"| {entry['run']} | {label} | {seeds} | {entry['n']} of {entry['seeds_planned']} "
                 f"| {_fmt(entry['mean'])} | {_fmt(entry['sd'])} | {spans[0]} | {spans[1]} "
                 f"| {item['paper']:.3f} | {'-' if within is None else 'yes' if within else 'no'} "
                 f"| {_fmt(item.get('p_value_holm'), 3)} |"
