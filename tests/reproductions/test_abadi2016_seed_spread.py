@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+import reproductions.__main__ as entry
 from dpcore.errors import InvalidParameterError
 from dpcore.runs import parse_executor
 from reproductions import scoreboard
@@ -198,6 +201,51 @@ def test_quick_study_end_to_end_through_the_run_store(
     monkeypatch.setattr(mnist_core, "run_training", only_finished)
     seed_spread.compute(config=TINY, output=output)
     assert output.load_results("abadi2016_seed_spread")["rows"] == rows
+
+
+class _Inline:
+    """An executor that runs each call at once, here (``submit()`` returning a done future)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any) -> Future:
+        self.calls += 1
+        future: Future = Future()
+        future.set_result(fn(*args))
+        return future
+
+
+def test_fanned_out_runs_give_the_in_process_rows(tmp_path: Path, generated_data: None) -> None:
+    config = dataclasses.replace(TINY, points=(("pca", 10),))
+    here, spread_out = Output.under(tmp_path / "here"), Output.under(tmp_path / "spread")
+    seed_spread.compute(config=config, output=here)
+    inline = _Inline()
+    seed_spread.compute(config=config, output=spread_out, executor=inline)
+    assert inline.calls == 3  # seeds 0, 1, 2 (no sweep results to take seed 0 from)
+    ours = here.load_results("abadi2016_seed_spread")
+    theirs = spread_out.load_results("abadi2016_seed_spread")
+    assert ours["rows"] == theirs["rows"] and ours["points"] == theirs["points"]
+
+
+def test_the_command_line_runs_the_study_after_the_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
+    names = list(entry.REPRODUCTIONS)
+    assert names.index("abadi2016_sweeps") < names.index("abadi2016_seed_spread")
+    assert names.index("abadi2016_seed_spread") < names.index("scoreboard")
+    assert "abadi2016_seed_spread" in entry.fanning_out()
+    calls: list[tuple[str, dict[str, Any]]] = []
+    monkeypatch.setitem(
+        entry.REPRODUCTIONS,
+        "abadi2016_seed_spread",
+        (lambda profile, executor=None: calls.append((profile, {"executor": executor})), plot),
+    )
+    argv = ["--only", "abadi2016_seed_spread", "--profile", "full", "--executor", "processes:2"]
+    assert entry.main(argv) == 0
+    assert calls == [("full", {"executor": "processes:2"})]
+
+
+def plot() -> None:
+    """Nothing to draw in the command-line test."""
 
 
 def test_a_stopped_study_saves_what_is_done(tmp_path: Path, generated_data: None) -> None:
