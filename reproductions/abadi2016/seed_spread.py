@@ -389,6 +389,7 @@ def summarise(config: SeedSpreadConfig, rows: list[dict[str, Any]]) -> dict[str,
             if summary["sd"] is not None:
                 low, high = summary["mean_interval"]
                 item["within_mean_interval"] = bool(low <= paper <= high)
+            item["statement"] = _statement(paper, summary, config, within, item)
             entry["comparisons"][key] = item
             if p is not None:
                 comparisons.append(item)
@@ -397,6 +398,28 @@ def summarise(config: SeedSpreadConfig, rows: list[dict[str, Any]]) -> dict[str,
         item["p_value_holm"] = adjusted
         item["outside_after_holm"] = adjusted < 1 - config.level
     return points
+
+
+def _statement(
+    paper: float,
+    summary: dict[str, Any],
+    config: SeedSpreadConfig,
+    within: bool | None,
+    item: dict[str, Any],
+) -> str:
+    """One sentence: where the paper's value lies against our intervals."""
+    n, planned = summary["n"], config.seeds + 1
+    if within is None:
+        return f"no spread yet ({n} of {planned} seeds done)"
+    level = f"{100 * config.level:g} %"
+    one, mean = summary["prediction"], summary["mean_interval"]
+    return (
+        f"the paper's {paper:.3f} is {'inside' if within else 'outside'} the {level} prediction "
+        f"interval of one run [{one[0]:.4f}, {one[1]:.4f}] and "
+        f"{'inside' if item['within_mean_interval'] else 'outside'} the {level} t interval for "
+        f"the mean [{mean[0]:.4f}, {mean[1]:.4f}] ({n} of {planned} seeds, mean "
+        f"{summary['mean']:.4f}, sd {summary['sd']:.4f})"
+    )
 
 
 def compute(

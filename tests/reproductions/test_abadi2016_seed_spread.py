@@ -188,6 +188,8 @@ def test_quick_study_end_to_end_through_the_run_store(
     comparison = pca["comparisons"]["pca=10"]
     assert comparison["paper"] == 0.94 and isinstance(comparison["within_prediction"], bool)
     assert "p_value_holm" in comparison
+    assert comparison["statement"].startswith("the paper's 0.940 is ")
+    assert "(3 of 3 seeds, mean" in comparison["statement"]
     assert first["points"]["lot=10"]["comparisons"] == {}  # no paper reading at lot 10
     assert (tmp_path / "log").read_text().count("done dp_pca10_h8_l") == 6
     assert (output.figures / "abadi2016_seed_spread.md").read_text().startswith("Seed spread")
@@ -254,7 +256,9 @@ def test_a_stopped_study_saves_what_is_done(tmp_path: Path, generated_data: None
     saved = output.load_results("abadi2016_seed_spread")
     assert saved["runs_left"] == 6 and not any(row["done"] for row in saved["rows"])
     assert saved["points"]["pca=10"]["sd"] is None
-    assert saved["points"]["pca=10"]["comparisons"]["pca=10"]["within_prediction"] is None
+    stopped = saved["points"]["pca=10"]["comparisons"]["pca=10"]
+    assert stopped["within_prediction"] is None
+    assert stopped["statement"] == "no spread yet (0 of 3 seeds done)"
 
 
 # ----------------------------------------------------------------------------- scoreboard
