@@ -346,6 +346,10 @@ def transformer_encoder(sizes: Sizes = DEFAULT_SIZES) -> nn.Module:
     return EncoderClassifier(sizes)
 
 
+#: timm's dropout and stochastic depth (drop path) off: both are random (see the module doc).
+_NO_DROP = {"drop_rate": 0.0, "drop_path_rate": 0.0}
+
+
 def timm_resnet18_gn(sizes: Sizes = DEFAULT_SIZES) -> Any:
     """timm's ResNet-18 with GroupNorm (8 groups; its own widths and depths)."""
     import timm
@@ -353,7 +357,9 @@ def timm_resnet18_gn(sizes: Sizes = DEFAULT_SIZES) -> Any:
     def group_norm(channels: int, **_: Any) -> Any:
         return nn.GroupNorm(8, channels)
 
-    return timm.create_model("resnet18", num_classes=sizes.classes, norm_layer=group_norm)
+    return timm.create_model(
+        "resnet18", num_classes=sizes.classes, **_NO_DROP, norm_layer=group_norm
+    )
 
 
 def timm_vit_tiny(sizes: Sizes = DEFAULT_SIZES) -> Any:
@@ -365,6 +371,7 @@ def timm_vit_tiny(sizes: Sizes = DEFAULT_SIZES) -> Any:
         img_size=sizes.image_size,
         patch_size=sizes.patch_size,
         num_classes=sizes.classes,
+        **_NO_DROP,
     )
 
 
@@ -385,6 +392,7 @@ def timm_convnext(sizes: Sizes = DEFAULT_SIZES) -> Any:
         depths=(1, 1, 1, 1),
         dims=_stage_widths(sizes),
         num_classes=sizes.classes,
+        **_NO_DROP,
     )
 
 
@@ -407,6 +415,7 @@ def timm_nfnet_f0(sizes: Sizes = DEFAULT_SIZES) -> Any:
         num_features=2 * channels[-1],
         skipinit=False,
         num_classes=sizes.classes,
+        **_NO_DROP,
     )
 
 
@@ -416,7 +425,11 @@ def timm_nf_resnet(sizes: Sizes = DEFAULT_SIZES) -> Any:
     import timm
 
     return timm.create_model(
-        "nf_resnet26", depths=(1, 1, 1, 1), channels=_stage_widths(sizes), num_classes=sizes.classes
+        "nf_resnet26",
+        depths=(1, 1, 1, 1),
+        channels=_stage_widths(sizes),
+        num_classes=sizes.classes,
+        **_NO_DROP,
     )
 
 
@@ -431,6 +444,7 @@ def timm_efficientnet_gn(sizes: Sizes = DEFAULT_SIZES) -> Any:
         channel_multiplier=0.25,
         depth_multiplier=0.25,
         num_classes=sizes.classes,
+        **_NO_DROP,
     )
 
 
@@ -448,6 +462,7 @@ def timm_resnetv2_bit(sizes: Sizes = DEFAULT_SIZES) -> Any:
         conv_layer=functools.partial(StdConv2d, eps=1e-8),
         norm_layer=functools.partial(GroupNormAct, group_size=4),
         num_classes=sizes.classes,
+        **_NO_DROP,
     )
 
 
