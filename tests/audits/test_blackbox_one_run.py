@@ -189,3 +189,13 @@ def test_the_command_line_runs_and_reports_the_chosen_profile(
     assert f"| tiny | 4 | {first['noise_multiplier']:.3g} | 20 | 2 |" in text
     assert f"{first['correct']} / 4 |" in text and "Panda" in text
     assert not (tmp_path / "blackbox_one_run.json").exists()
+
+
+def test_the_ideal_game_spans_no_signal_to_perfect_guesses() -> None:
+    perfect = {"canaries": 200, "guesses": 40, "correct": 40, "delta": 1e-5, "confidence": 0.975}
+    steinke, gdp = one_run_report.ideal_game(200, 20, 50.0, 1e-5)
+    assert steinke == one_run_epsilon_lower_bound(**perfect).epsilon_lower
+    assert gdp == one_run_gdp_lower_bound(**perfect).epsilon_lower
+    assert one_run_report.ideal_game(200, 20, 0.0, 1e-5) == (0.0, 0.0)
+    low, high = one_run_report.ideal_game(1000, 100, 0.92, 1e-5)
+    assert 1.0 < low < high < 2.5  # eps = 4 at T = 50 (the table's full-batch rows)
