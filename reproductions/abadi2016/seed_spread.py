@@ -517,7 +517,12 @@ def table(data: dict[str, Any]) -> str:
         f"{length}): seeds 0..{k}, {100 * config['level']:g} % intervals (t for the mean; "
         f"prediction for one run), commit `{data['commit'][:12]}`, {data['hardware']}; runs "
         f"left: {data['runs_left']}."
-        + (f" Seed 0: {data['seed0_hardware']}." if data.get("seed0_hardware") else ""),
+        + (f" Seed 0: {data['seed0_hardware']}." if data.get("seed0_hardware") else "")
+        + "".join(
+            f" Stopped or in progress: {row['run']} seed {row['seed']} at epoch {row['epochs']:g}."
+            for row in data["rows"]
+            if not row["done"] and row.get("epochs")
+        ),
         "",
         "| model | paper's reading | accuracy by seed | n | mean | sd | mean interval "
         "| prediction interval | paper | within prediction | Holm p |",
