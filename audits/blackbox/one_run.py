@@ -11,7 +11,8 @@ interfere little with one another (:data:`DESIGNS`):
   other canary and to the real records' mean direction);
 - ``"orthogonal"``: out-of-distribution images that are exactly orthogonal to one another (the
   rows of a random orthogonal matrix, scaled to the norm 28 of a +-1 image; at most 784), so
-  that for the linear model one canary's gradients move no other canary's logits;
+  that in the linear model one canary's weight gradients move no other canary's logits (only
+  the shared bias, a 1/785 part of a clipped gradient's squared norm, does);
 
 labelled either at random (``labels="random"``) or with the class the initial model finds
 least likely (``"least_likely"``: the auditor chose the initial parameters, so it knows them;
