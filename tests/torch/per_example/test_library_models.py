@@ -8,7 +8,7 @@ and refuses, with a typed error, a model it cannot run (BERT's attention-mask ch
 the data).
 
 timm is not installed beside the project's torch (its torchvision needs another torch build), so
-the timm models are skipped here where timm is absent; they run in the models benchmark's own
+the timm models are tested here only where timm is installed: they run in the models benchmark's own
 environment (``.nox/bench-models/bin/python -m pytest
 tests/torch/per_example/test_library_models.py``), and the timm constructs the fast path needed
 a rule for are checked in every environment by torch stand-ins
@@ -36,11 +36,15 @@ TOLERANCE = 1e-10
 AUTO_PICKS = dict.fromkeys(LIBRARY_MODELS, "fast")
 
 
-def _installed(name: str) -> LibraryModel:
-    spec = LIBRARY_MODELS[name]
-    if not spec.installed():
-        pytest.skip(f"{spec.library} is not installed (see the module's docstring)")
-    return spec
+#: The models whose library imports here: timm's only in the models benchmark's environment.
+INSTALLED = sorted(name for name, spec in LIBRARY_MODELS.items() if spec.installed())
+
+
+def test_every_library_but_timm_is_installed_in_the_test_environment() -> None:
+    """The default suite covers every transformers, peft and torch model (a missing test
+    dependency must fail here, not thin the list silently)."""
+    missing = {spec.library for name, spec in LIBRARY_MODELS.items() if name not in INSTALLED}
+    assert missing <= {"timm"}, missing
 
 
 def _assert_matches_loop(
@@ -57,9 +61,9 @@ def _assert_matches_loop(
         torch.testing.assert_close(found, wanted, atol=TOLERANCE, rtol=0, msg=name)
 
 
-@pytest.mark.parametrize("name", sorted(LIBRARY_MODELS))
+@pytest.mark.parametrize("name", INSTALLED)
 def test_auto_picks_an_exact_engine_that_matches_the_loop(name: str) -> None:
-    spec = _installed(name)
+    spec = LIBRARY_MODELS[name]
     model = spec.model().eval()
     engine = make_engine(model, engine="auto", max_grad_norm=1.0)
     with warnings.catch_warnings():
