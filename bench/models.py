@@ -31,7 +31,10 @@ Results: ``models.json`` (the commit, machine, library versions, configuration a
 average, and ``rows``: one per model, its headline numbers also as scalar fields,
 :func:`summary_fields`), written atomically after every model, and ``models.md``, the
 table made from it (:mod:`bench.models_table`). ``quick``: :data:`QUICK_REPETITIONS`
-repetitions of the :data:`QUICK_MODELS` only.
+repetitions of the :data:`QUICK_MODELS` only. The full profile measures the
+:data:`WIDE_MODELS` a second time at :data:`WIDE_SIZES` (width 512, 64 tokens; rows with
+``"sizes": "wide"``, :data:`WIDE_REPETITIONS` repetitions each): at the default sizes a step
+takes milliseconds and per-step fixed costs dominate every per-example method's ratio.
 
 ``nox -s bench -- models`` runs this in its own environment (``.nox/bench-models``: torch
 2.14.1 with torchvision 0.29.1, which timm needs, beside transformers, peft and Opacus; see
@@ -61,7 +64,16 @@ import torch
 from torch import nn
 
 from bench import models_peers, models_table
-from bench.models_zoo import MODELS, SIZES, ModelRecipe, mean_loss, per_example_loss, recipe
+from bench.models_zoo import (
+    DEFAULT_SIZES,
+    MODELS,
+    SIZES,
+    ModelRecipe,
+    Sizes,
+    mean_loss,
+    per_example_loss,
+    recipe,
+)
 from dpcore.atomic import atomic_write_text
 from dpcore.errors import InvalidParameterError
 from dpcore.runs import ExecutorChoice, SupportsSubmit, machine, one_at_a_time, run_many
@@ -77,8 +89,11 @@ __all__ = [
     "QUICK_MODELS",
     "QUICK_REPETITIONS",
     "REPETITIONS",
+    "SIZE_PROFILES",
     "TOLERANCE",
     "WARMUP",
+    "WIDE_MODELS",
+    "WIDE_REPETITIONS",
     "ModelRun",
     "exactness",
     "measure",
@@ -102,6 +117,28 @@ QUICK_MODELS = ("bert", "transformer_encoder")
 LOT_SEED = 1
 EXACTNESS_SEED = 2
 VERSIONED = ("torch", "torchvision", "transformers", "peft", "opacus", "timm")
+#: A realistic width for the same recipes: BERT-small-like transformers (width 512, 8 heads,
+#: feed-forward 2,048, 64 tokens of a 1,000-token vocabulary), a ViT on 64 x 64 images in 8 x 8
+#: patches (64 positions), LoRA of rank 8; two layers, so that a step stays about a second on
+#: one CPU thread. At the default sizes (width 64, 16 tokens) a step takes milliseconds and the
+#: per-step fixed costs of any per-example method dominate its ratio.
+WIDE_SIZES = Sizes(
+    vocabulary=1000,
+    sequence_length=64,
+    width=512,
+    heads=8,
+    feed_forward=2048,
+    layers=2,
+    image_size=64,
+    patch_size=8,
+    lora_rank=8,
+)
+#: The sizes a row can be measured at, by name (the name is what a :class:`ModelRun` holds).
+SIZE_PROFILES = {"default": DEFAULT_SIZES, "wide": WIDE_SIZES}
+#: The models measured again at :data:`WIDE_SIZES` in the full profile.
+WIDE_MODELS = ("bert", "gpt2", "llama", "vit", "lora_bert", "lora_llama")
+#: Interleaved repetitions of a wide row (each step about a second).
+WIDE_REPETITIONS = 5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,6 +149,19 @@ class ModelRun:
     repetitions: int = REPETITIONS
     warmup: int = WARMUP
     threads: int = 1
+    #: a key of :data:`SIZE_PROFILES`
+    sizes: str = "default"
+
+
+def size_profile(name: str) -> Sizes:
+    """The sizes called ``name`` in :data:`SIZE_PROFILES`.
+
+    Raises:
+        InvalidParameterError: no such name.
+    """
+    if name not in SIZE_PROFILES:
+        raise InvalidParameterError("sizes", f"one of {sorted(SIZE_PROFILES)}", name)
+    return SIZE_PROFILES[name]
 
 
 def error_record(error: BaseException, stage: str) -> dict[str, Any]:
@@ -328,15 +378,18 @@ def _opacus_exactness(
     }
 
 
-def exactness(model_recipe: ModelRecipe) -> dict[str, Any]:
-    """dpcore's and Opacus' per-example gradients against the float64 loop, and Opacus' fix.
+def exactness(model_recipe: ModelRecipe, sizes: Sizes = DEFAULT_SIZES) -> dict[str, Any]:
+    """dpcore's and Opacus' per-example gradients against the float64 loop, and Opacus' fix,
+    for the model built at ``sizes``.
 
     Returns:
         ``{"lot", "dtype", "dpcore", "opacus_hooks", "opacus_fix"}``; a part that failed holds
         its ``error`` record (stage ``"exactness"``) instead of numbers.
     """
-    model = model_recipe.model(dtype=torch.float64)
-    inputs, targets = model_recipe.make_lot(EXACTNESS_LOT, EXACTNESS_SEED, torch.float64)
+    model = model_recipe.model(dtype=torch.float64, sizes=sizes)
+    inputs, targets = model_recipe.make_lot(
+        EXACTNESS_LOT, EXACTNESS_SEED, torch.float64, sizes=sizes
+    )
     gradients = loop_gradients(model, inputs, targets)
     result: dict[str, Any] = {"lot": EXACTNESS_LOT, "dtype": "float64", "tolerance": TOLERANCE}
     parts: dict[str, Callable[[nn.Module], dict[str, Any]]] = {
@@ -398,10 +451,12 @@ def measure(run: ModelRun) -> dict[str, Any]:
         InvalidParameterError: ``run.model`` is not a model of :data:`MODELS`.
     """
     model_recipe = recipe(run.model)
+    size_profile(run.sizes)
     row: dict[str, Any] = {
         "model": model_recipe.name,
         "title": model_recipe.title,
         "library": model_recipe.library,
+        "sizes": run.sizes,
         "batch_size": BATCH_SIZE,
         "repetitions": run.repetitions,
         "threads": run.threads,
@@ -423,13 +478,14 @@ def measure(run: ModelRun) -> dict[str, Any]:
 
 
 def _measure(run: ModelRun, model_recipe: ModelRecipe, row: dict[str, Any]) -> dict[str, Any]:
+    sizes = size_profile(run.sizes)
     try:
-        model = model_recipe.model()
+        model = model_recipe.model(sizes=sizes)
     except Exception as error:  # e.g. a library version that refuses the config
         row["status"] = "not built"
         row["error"] = error_record(error, "build")
         return row
-    inputs, targets = model_recipe.make_lot(BATCH_SIZE, LOT_SEED)
+    inputs, targets = model_recipe.make_lot(BATCH_SIZE, LOT_SEED, sizes=sizes)
     row["status"] = "measured"
     row["trainable_parameters"] = sum(p.numel() for p in _trainable(model))
     facts: dict[str, dict[str, Any]] = {method: {} for method in METHODS}
@@ -453,7 +509,7 @@ def _measure(run: ModelRun, model_recipe: ModelRecipe, row: dict[str, Any]) -> d
         method: median_ratio(seconds.get("dpcore", []), seconds.get(method, []))
         for method in OPACUS_METHODS
     }
-    row["exactness"] = exactness(model_recipe)
+    row["exactness"] = exactness(model_recipe, sizes)
     row["findings"] = findings(row)
     row.update(summary_fields(row))
     return row
@@ -545,6 +601,8 @@ def run(
     commit = git_commit(ROOT)  # before the first save changes the tracked results
     started = time.perf_counter()
     specs = [ModelRun(name, repetitions, WARMUP, threads) for name in names]
+    if not quick and models is None:  # the same recipes again at a realistic width
+        specs += [ModelRun(name, WIDE_REPETITIONS, WARMUP, threads, "wide") for name in WIDE_MODELS]
     meta = provenance(
         root=ROOT,
         commit=commit,
@@ -573,6 +631,8 @@ def run(
             "exactness_dtype": "float64",
             "tolerance": TOLERANCE,
             "sizes": SIZES,
+            "wide_sizes": dataclasses.asdict(WIDE_SIZES),
+            "wide_repetitions": WIDE_REPETITIONS,
         },
     )
 

@@ -82,6 +82,8 @@ def _exact_cell(check: dict[str, Any] | None, notes: _Notes) -> str:
 
 def _row(row: dict[str, Any], notes: _Notes) -> str:
     name = f"{row['title']} (`{row['model']}`)"
+    if row.get("sizes", "default") != "default":
+        name += f", **{row['sizes']}**"
     if row.get("status") != "measured":
         status = row.get("status", "")
         if row.get("error"):
@@ -110,6 +112,29 @@ def _row(row: dict[str, Any], notes: _Notes) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def _sizes_text(sizes: dict[str, Any]) -> str:
+    return (
+        f"width {sizes['width']}, {sizes['heads']} heads, feed-forward {sizes['feed_forward']}, "
+        f"{sizes['layers']} layers, {sizes['sequence_length']} tokens of a vocabulary of "
+        f"{sizes['vocabulary']}, {sizes['image_size']} x {sizes['image_size']} images in "
+        f"{sizes['patch_size']} x {sizes['patch_size']} patches, LoRA rank {sizes['lora_rank']}"
+    )
+
+
+def _size_lines(document: dict[str, Any]) -> list[str]:
+    """What the rows' sizes are: the default ones, and the wide ones where rows use them."""
+    config = document["config"]
+    if "sizes" not in config:
+        return []
+    lines = ["", f"Sizes: {_sizes_text(config['sizes'])}."]
+    if any(row.get("sizes") == "wide" for row in document["rows"]) and "wide_sizes" in config:
+        lines[-1] += (
+            f" Rows marked **wide**: {_sizes_text(config['wide_sizes'])}; "
+            f"{config.get('wide_repetitions', config['repetitions'])} interleaved repetitions."
+        )
+    return lines
+
+
 def markdown(document: dict[str, Any]) -> str:
     """The table (and its notes) of a ``models.json`` document (its facts and ``rows``)."""
     meta = document
@@ -127,6 +152,7 @@ def markdown(document: dict[str, Any]) -> str:
         f"loop on a lot of {config['exactness_lot']} (largest absolute difference; exact at "
         f"most {config['tolerance']:g}). Commit `{meta['commit']}`, {meta['date']}, "
         f"{hardware.get('cpu') or 'unknown CPU'}; {versions}.",
+        *_size_lines(document),
         "",
         "| " + " | ".join(COLUMNS) + " |",
         "|" + "---|" * len(COLUMNS),

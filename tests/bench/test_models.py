@@ -258,3 +258,46 @@ def test_recipes_build_their_models_and_lots_at_the_sizes_given() -> None:
     assert models_zoo.SIZES["dropout"] == 0.0
     timm_rows = [name for name, spec in models_zoo.MODELS.items() if spec.library == "timm"]
     assert len(timm_rows) == 7  # built and checked in the bench environment (nox -s bench)
+
+
+def test_the_full_profile_measures_the_wide_models_again_at_the_wide_sizes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    measured: list[models.ModelRun] = []
+
+    def stub(run: models.ModelRun) -> dict[str, Any]:
+        measured.append(run)
+        return {"model": run.model, "title": run.model, "sizes": run.sizes, "status": "stub"}
+
+    monkeypatch.setattr(models, "measure", stub)
+    rows = models.run(tmp_path)
+    default = [run.model for run in measured if run.sizes == "default"]
+    wide = [run for run in measured if run.sizes == "wide"]
+    assert default == list(models_zoo.MODELS)
+    assert [run.model for run in wide] == list(models.WIDE_MODELS)
+    assert all(run.repetitions == models.WIDE_REPETITIONS for run in wide)
+    assert [row["sizes"] for row in rows] == [run.sizes for run in measured]
+    document = json.loads((tmp_path / "models.json").read_text())
+    assert document["config"]["wide_sizes"]["width"] == models.WIDE_SIZES.width == 512
+    assert "Rows marked **wide**: width 512" in (tmp_path / "models.md").read_text()
+    measured.clear()
+    models.run(tmp_path, quick=True)
+    assert {run.sizes for run in measured} == {"default"}
+
+
+def test_a_wide_row_is_built_and_checked_at_its_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
+    small = models_zoo.Sizes(vocabulary=20, sequence_length=6, width=16, heads=2, feed_forward=24)
+    monkeypatch.setitem(models.SIZE_PROFILES, "wide", small)
+    row = models.measure(models.ModelRun("transformer_encoder", 1, 0, 1, "wide"))
+    default = models.measure(models.ModelRun("transformer_encoder", 1, 0, 1))
+    assert row["sizes"] == "wide" and default["sizes"] == "default"
+    assert row["trainable_parameters"] < default["trainable_parameters"]
+    assert row["exactness"]["dpcore"]["exact"] is True
+    with pytest.raises(InvalidParameterError, match="sizes"):
+        models.measure(models.ModelRun("bert", 1, 0, 1, "huge"))
+
+
+def test_the_committed_table_is_the_one_made_from_the_committed_json() -> None:
+    results = Path(models.ROOT) / "bench" / "results"
+    document = json.loads((results / "models.json").read_text(encoding="utf-8"))
+    assert (results / "models.md").read_text(encoding="utf-8") == models_table.markdown(document)
