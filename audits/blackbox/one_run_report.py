@@ -3,9 +3,9 @@
 One line per (canary setting, claim): the audit of run seed 0 (m, guesses, right guesses, both
 bounds, the ratio of the larger to the claim, the training's seconds), then what the other run
 seeds of the profile gave (each its own audit, with its own bits and noise): the median bounds
-and how many runs put a bound above the claim; and, for full batch, the median bounds of the
-*ideal game* at the same m, k and mechanism (:func:`ideal_game`), the reference a black-box
-auditor is measured against.
+and how many runs put a bound above the claim; and the median bounds of the *ideal game* at
+the same m, k and mechanism (:func:`ideal_game`), the reference a black-box auditor is
+measured against.
 """
 
 from __future__ import annotations
@@ -35,38 +35,55 @@ def best_bound(row: dict[str, Any]) -> float:
 
 @functools.cache
 def ideal_game(
-    canaries: int, guesses_each_side: int, mu: float, delta: float
-) -> tuple[float, float]:
+    canaries: int,
+    guesses_each_side: int,
+    steps: int,
+    sampling_probability: float,
+    noise_multiplier: float,
+    delta: float,
+) -> tuple[float, float | None]:
     """Median (Thm 5.2, GDP route) bounds of the one-run game with ideal canaries.
 
-    Full-batch DP-SGD with noise multiplier sigma for T steps is mu = sqrt(T) / sigma GDP per
-    record: a canary whose clipped gradient kept norm C and one direction, orthogonal to every
-    other record's, is seen by a white-box auditor as N(mu b, 1) (b its bit), the optimal score
-    for one canary. The median over :data:`IDEAL_GAMES` seeded games of the bounds
-    :func:`~audits.blackbox.one_run.decide` gives on such scores is what the audit could reach
-    at this m and k if its canaries neither interfered nor lost signal through the final
-    model's outputs.
+    A canary whose clipped gradient keeps norm C and one direction, orthogonal to every other
+    record's, is seen by a white-box auditor as the sum over the T steps of its part in the
+    noised sums: b Bin(T, q) + N(0, T sigma^2) in units of C (b its bit; audits/one_run.py's
+    game). With full batch this is b T + N(0, T sigma^2), i.e. N(mu b, 1) scaled, with
+    mu = sqrt(T) / sigma, the optimal score for one canary of a mu-GDP training. The median
+    over :data:`IDEAL_GAMES` seeded games of the bounds :func:`~audits.blackbox.one_run.decide`
+    gives on such scores (the GDP route only with full batch, as in the audit) is what the
+    audit could reach at this m and k if its canaries neither interfered nor lost signal
+    through the final model's outputs.
     """
     rng = np.random.default_rng(0)
+    full_batch = sampling_probability == 1
     bounds = []
     for _ in range(IDEAL_GAMES):
         included = rng.random(canaries) < 0.5
-        scores = mu * included + rng.normal(size=canaries)
+        drawn = steps if full_batch else rng.binomial(steps, sampling_probability, canaries)
+        noise = rng.normal(scale=math.sqrt(steps) * noise_multiplier, size=canaries)
         row = decide(
-            scores, included.astype(int), guesses_each_side=guesses_each_side, delta=delta, gdp=True
+            included * drawn + noise,
+            included.astype(int),
+            guesses_each_side=guesses_each_side,
+            delta=delta,
+            gdp=full_batch,
         )
-        bounds.append((row["epsilon_lower_steinke"], row["epsilon_lower_gdp"]))
+        bounds.append((row["epsilon_lower_steinke"], row["epsilon_lower_gdp"] or 0.0))
     steinke, gdp = np.median(bounds, axis=0)
-    return float(steinke), float(gdp)
+    return float(steinke), float(gdp) if full_batch else None
 
 
 def _ideal(row: dict[str, Any]) -> str:
     base = row["setting"]["base"]
-    if base["sampling_probability"] != 1:
-        return "-"
-    mu = math.sqrt(base["steps"]) / row["noise_multiplier"]
-    steinke, gdp = ideal_game(row["canaries"], row["guesses"] // 2, mu, row["delta"])
-    return f"{steinke:.2f} / {gdp:.2f}"
+    steinke, gdp = ideal_game(
+        row["canaries"],
+        row["guesses"] // 2,
+        base["steps"],
+        base["sampling_probability"],
+        row["noise_multiplier"],
+        row["delta"],
+    )
+    return f"{steinke:.2f} / {'-' if gdp is None else f'{gdp:.2f}'}"
 
 
 def _gdp(value: float | None) -> str:
@@ -88,8 +105,9 @@ def table(rows: list[dict[str, Any]], meta: dict[str, Any] | None = None) -> str
         "95 % together); with q < 1, Thm 5.2 alone at 95 %. ε_lb / ε uses the larger bound.",
         "Columns up to 'run time' are the audit of run seed 0; the last three summarise the",
         "profile's run seeds (each an audit of its own, with its own bits and noise). Ideal",
-        "game: the median bounds at the same m, k and μ = sqrt(T) / sigma when each canary's",
-        "score is N(μ b, 1) (non-interfering canaries read white-box; full batch only).",
+        "game: the median bounds at the same m, k, q, T and sigma when each canary's score is",
+        "b Bin(T, q) + N(0, T sigma²) (b its bit: non-interfering canaries read white-box;",
+        "with full batch, N(μ b, 1) scaled, μ = sqrt(T) / sigma).",
         "",
         "| canaries | ε | sigma | m | k (each side) | right guesses | ε_lb Thm 5.2 |"
         " ε_lb GDP route | ε_lb / ε | run time (s) | seeds | median ε_lb Thm 5.2 / GDP |"

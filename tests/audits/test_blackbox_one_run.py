@@ -193,9 +193,12 @@ def test_the_command_line_runs_and_reports_the_chosen_profile(
 
 def test_the_ideal_game_spans_no_signal_to_perfect_guesses() -> None:
     perfect = {"canaries": 200, "guesses": 40, "correct": 40, "delta": 1e-5, "confidence": 0.975}
-    steinke, gdp = one_run_report.ideal_game(200, 20, 50.0, 1e-5)
+    steinke, gdp = one_run_report.ideal_game(200, 20, 1, 1.0, 0.02, 1e-5)  # mu = 50
     assert steinke == one_run_epsilon_lower_bound(**perfect).epsilon_lower
     assert gdp == one_run_gdp_lower_bound(**perfect).epsilon_lower
-    assert one_run_report.ideal_game(200, 20, 0.0, 1e-5) == (0.0, 0.0)
-    low, high = one_run_report.ideal_game(1000, 100, 0.92, 1e-5)
-    assert 1.0 < low < high < 2.5  # eps = 4 at T = 50 (the table's full-batch rows)
+    steinke, gdp = one_run_report.ideal_game(200, 20, 1, 1.0, 1e6, 1e-5)  # mu = 1e-6
+    assert steinke < 0.1 and gdp is not None and gdp < 0.1
+    low, high = one_run_report.ideal_game(1000, 100, 50, 1.0, 7.66, 1e-5)  # eps = 4
+    assert high is not None and 1.0 < low < high < 2.5
+    poisson, none = one_run_report.ideal_game(784, 78, 100, 0.1, 1.39, 1e-5)  # eps = 4
+    assert none is None and 0.3 < poisson < 2.0
