@@ -282,7 +282,7 @@ PROFILES = {
             (EVERY_STEP, 1000, EPSILONS[-1:]),
             (PERIOD_5, 150, EPSILONS),
             (CraftedSetting("q = 0.1, every step", base=POISSON), 100, EPSILONS),
-            (CraftedSetting("q = 0.1, every 10th step", base=POISSON, period=10), 100, EPSILONS),
+            (CraftedSetting("q = 0.1, every 10th step", base=POISSON, period=10), 40, EPSILONS),
         ),
     ),
 }
