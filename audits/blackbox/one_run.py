@@ -38,8 +38,12 @@ together at 95 % (Bonferroni):
 
 The noise multiplier is the PLD-calibrated one for the claim at (q, T, delta): the guarantee is
 per record, and every canary is a record (clipped to C, sampled like the others), so the claim
-covers each canary. Trainings are run specs (:class:`OneRunSpec`) executed through
-:func:`dpcore.runs.run_many` into the run store ``audits/results/runs/blackbox_one_run``.
+covers each canary. The noisy sum is divided by a public constant, :func:`public_divisor`
+(q times the expected number of records, subset plus m / 2), the same whatever the bits: q times
+the run's own training set would make the divisor count the included canaries, which the DP
+analysis does not cover (as in :mod:`audits.blackbox.training`). Trainings are run specs
+(:class:`OneRunSpec`) executed through :func:`dpcore.runs.run_many` into the run store
+``audits/results/runs/blackbox_one_run``.
 
 ``python -m audits --only blackbox_one_run --profile quick|full [--executor processes:2]``
 """
@@ -84,6 +88,7 @@ __all__ = [
     "decide",
     "execute",
     "noise_seed",
+    "public_divisor",
     "results_name",
     "run",
     "store",
@@ -246,6 +251,17 @@ def bits(spec: OneRunSpec) -> np.ndarray:
     return rng.random(spec.setting.canaries) < 0.5
 
 
+def public_divisor(setting: OneRunSetting) -> float:
+    """The divisor of every noisy sum: ``sampling_probability * (subset_size + canaries / 2)``,
+    fixed by the setting before any bit is drawn.
+
+    Raises:
+        InvalidParameterError: a bad setting.
+    """
+    base = check_setting(setting).base
+    return base.sampling_probability * (base.subset_size + setting.canaries / 2)
+
+
 def _margins(model: nn.Module, images: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """The logit margins ``z_y - logsumexp_{k != y} z_k`` (float64)."""
     model.eval()
@@ -294,7 +310,10 @@ def execute(spec: OneRunSpec) -> dict[str, Any]:
             ),
             engine="fast",
             seed=seed,
+            max_physical_batch_size=training.PHYSICAL_BATCH,
         )
+        # DPTrainer divides by its sampler's expected lot size, q * len(y): it counts the bits.
+        trainer.optimizer.expected_batch_size = public_divisor(spec.setting)
         for _ in range(base.steps):
             trainer.step()
         after = _margins(model, images, labels)

@@ -136,6 +136,24 @@ def test_canaries_are_as_designed_and_bits_are_the_same_at_every_claim() -> None
     assert not any(np.array_equal(bits, one_run.bits(other)) for other in others)
     noise = {one_run.noise_seed(s) for s in [spec, dataclasses.replace(spec, epsilon=8.0), *others]}
     assert len(noise) == 5 and all(0 <= seed < 2**63 for seed in noise)
+    assert one_run.public_divisor(TINY) == 40 + 20 / 2  # q (subset + m / 2), whatever the bits
+
+
+def test_the_noisy_sum_is_divided_by_the_public_constant(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two runs whose bits include different numbers of canaries divide by one constant."""
+    seen: list[float] = []
+    step = one_run.DPTrainer.step
+
+    def recording(self: Any) -> Any:
+        seen.append(self.optimizer.expected_batch_size)
+        return step(self)
+
+    monkeypatch.setattr(one_run.DPTrainer, "step", recording)
+    counts = {int(one_run.bits(OneRunSpec(TINY, 4.0, seed)).sum()): seed for seed in range(20)}
+    assert len(counts) > 1
+    for seed in list(counts.values())[:2]:
+        one_run.execute(OneRunSpec(TINY, 4.0, seed))
+    assert seen == [one_run.public_divisor(TINY)] * (2 * TINY_BASE.steps)
 
 
 def test_an_under_noised_training_is_caught() -> None:
