@@ -233,6 +233,8 @@ class _Registry:
 
 
 _SCALARS = (int, float, bool, str, torch.dtype, torch.device, slice, type(None), type(...))
+#: Results that hold no tensor (a shape is a tuple of ints: not walked).
+_NO_TENSORS = (*_SCALARS, torch.Size)
 
 
 def tensors_in(tree: Any) -> list[torch.Tensor]:
@@ -422,9 +424,12 @@ class BatchDataflow(TorchFunctionMode):
         result = func(*args, **kwargs)
         if func in _CONSTANT_RESULTS:
             return result
-        outputs = [result] if isinstance(result, torch.Tensor) else tensors_in(result)
-        if not outputs and getattr(func, "__name__", None) == "__get__":
-            return result  # an attribute read (a shape, dtype or flag)
+        if isinstance(result, torch.Tensor):
+            outputs = [result]
+        else:
+            outputs = [] if isinstance(result, _NO_TENSORS) else tensors_in(result)
+            if not outputs and getattr(func, "__name__", None) == "__get__":
+                return result  # an attribute read (a shape, dtype or flag)
         arguments = _argument_tensors(args, kwargs)
         copy = False  # hand the forward a copy of the result (set by the fast engine's reruns)
         if self._frames and outputs:  # not a shape, dtype or device read
