@@ -18,8 +18,8 @@ committed results): logistic regression on 1,000 records about 0.2 (Opacus about
 regression on 60,000 records 14.2 (Opacus 149: its loader gathers a lot record by record and
 its hooks hold every record's gradient, so it gets 20 runs per world). The whole full profile
 is then about 21 hours of one core. The CNN on 60,000 records works (``model="cnn",
-subset_size=60_000, init="random"``) but is not audited: a full-batch step takes about 23 s, a
-run of 50 steps about 19 minutes; Poisson lots would
+subset_size=60_000, init="random"``) but is not audited: a full-batch step takes about 16 s
+(Opacus 24), a run of 50 steps about 13 minutes (Opacus 20); Poisson lots would
 make steps cheap but leave only the Clopper-Pearson route, which bounds near 0 at a few hundred
 runs (the q = 0.1 rows).
 """
