@@ -486,7 +486,9 @@ def compute(
         **output.provenance_of_runs(*CODE_MODULES),
         "wall_time_s": round(time.perf_counter() - start, 1),
         "runs_left": left,
-        "resume": f"python -m reproductions --only {STEM} --profile {config.profile}",
+        # the runs' code pinned: a later commit to the training code would start them afresh
+        "resume": f"python -m reproductions --only {STEM} --profile {config.profile} "
+        f"--runs-code {fingerprint}",
         "points": points,
     }
     output.save_results(stem, config=config, rows=rows, extra=extra)

@@ -182,6 +182,7 @@ def test_quick_study_end_to_end_through_the_run_store(
     ]
     assert all(row["done"] and row["source"] == "run store" for row in rows)
     assert first["runs_left"] == 0
+    assert first["resume"].endswith(f"--runs-code {first['code_fingerprint']}")
     pca = first["points"]["pca=10"]
     assert pca["complete"] and pca["n"] == 3
     assert pca["accuracy_by_seed"] == {str(row["seed"]): row["test_accuracy"] for row in rows[:3]}
@@ -342,10 +343,10 @@ def test_scoreboard_verdicts_from_the_seed_study(tmp_path: Path) -> None:
     assert verdicts["projection dimension = 60 (eps = 2)"] == "matches"
     outside = verdicts["projection dimension = 10 (eps = 2)"]
     assert outside.startswith(
-        "differs (unexplained): not seed noise: the paper's value is outside the 95 % "
+        "differs (unexplained): beyond the seed spread: the paper's value is outside the 95 % "
         "prediction interval of one run over 5 seeds, mean 0.8986 ± 0.0011 (sd)"
     )
-    assert "(also after Holm" in outside
+    assert "over the study's 6 comparisons (significant at the family level)" in outside
     incomplete = verdicts["random projection dimension = 60 (eps = 2)"]
     assert incomplete.startswith("differs (unexplained): seed study incomplete (2 of 5 seeds")
     assert verdicts["lot size = 300 (eps = 2)"] == "differs (unexplained)"
