@@ -453,6 +453,8 @@ def compute(
     stem = results_stem(config.profile)
     store = output.store(stem)
     fingerprint = output.code(*CODE_MODULES)
+    # Pinned for this call: the results record the runs' code even if the files change meanwhile.
+    output = dataclasses.replace(output, runs_code=fingerprint)
     include_seed0 = _seed0_source(config, output) is None
     data = mnist_core.load_data() if data is None else data  # its size is part of the run keys
     if train_runs and executor is not None:
