@@ -385,7 +385,7 @@ def summarise(config: SeedSpreadConfig, rows: list[dict[str, Any]]) -> dict[str,
             if summary["sd"] is not None:
                 low, high = summary["prediction"]
                 within = bool(low <= paper <= high)
-            item = {"paper": paper, "within_prediction": within, "p_value": p}
+            item: dict[str, Any] = {"paper": paper, "within_prediction": within, "p_value": p}
             if summary["sd"] is not None:
                 low, high = summary["mean_interval"]
                 item["within_mean_interval"] = bool(low <= paper <= high)
