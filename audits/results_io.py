@@ -39,3 +39,33 @@ def save(audit: str, rows: list[dict[str, Any]], config: dict[str, Any]) -> Path
 def load(audit: str) -> list[dict[str, Any]]:
     """Read what :func:`save` wrote."""
     return list(json.loads((RESULTS / f"{audit}.json").read_text()))
+
+
+def load_meta(audit: str) -> dict[str, Any] | None:
+    """``results/<audit>.meta.json`` (the provenance :func:`save` writes), or None."""
+    path = RESULTS / f"{audit}.meta.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+def stored(names: list[str], *, every: bool) -> list[tuple[str, list[dict[str, Any]], Any]]:
+    """``(stem, rows, meta)`` of each results stem in ``names``; with ``every`` (no stem was
+    asked for by name) the stems without results are skipped, else a missing one raises."""
+    return [
+        (stem, load(stem), load_meta(stem))
+        for stem in names
+        if not every or (RESULTS / f"{stem}.json").exists()
+    ]
+
+
+def provenance_line(meta: dict[str, Any], *extra: str) -> str:
+    """The line under a results table naming the profile, commit, machine and torch version
+    (and ``extra`` facts, e.g. the executor or a peer's version) of its run."""
+    config = meta.get("config", {})
+    hardware = config.get("hardware", {})
+    facts = [
+        f"Profile `{config.get('profile')}`, commit `{meta.get('commit')}`",
+        f"{hardware.get('cpu')} ({hardware.get('cpus')} CPUs), torch {config.get('torch')}",
+        *extra,
+        f"created {meta.get('created')}.",
+    ]
+    return ", ".join(facts)

@@ -11,7 +11,6 @@ measured against.
 from __future__ import annotations
 
 import functools
-import json
 import math
 from typing import Any
 
@@ -137,13 +136,13 @@ def table(rows: list[dict[str, Any]], meta: dict[str, Any] | None = None) -> str
     ]
     if meta is not None:
         config = meta.get("config", {})
-        hardware = config.get("hardware", {})
         lines += [
             "",
-            f"Profile `{config.get('profile')}`, commit `{meta.get('commit')}`, "
-            f"{hardware.get('cpu')} ({hardware.get('cpus')} CPUs), torch {config.get('torch')}, "
-            f"executor {config.get('executor')}, wall time {config.get('wall_seconds', 0):.0f} s, "
-            f"created {meta.get('created')}.",
+            results_io.provenance_line(
+                meta,
+                f"executor {config.get('executor')}",
+                f"wall time {config.get('wall_seconds', 0):.0f} s",
+            ),
         ]
     return "\n".join(lines) + "\n"
 
@@ -156,10 +155,5 @@ def write_report(name: str | None = None) -> None:
             profile's whose results exist.
     """
     names = [name] if name is not None else [results_name(p) for p in PROFILES]
-    for stem in names:
-        if name is None and not (results_io.RESULTS / f"{stem}.json").exists():
-            continue
-        rows = results_io.load(stem)
-        meta_path = results_io.RESULTS / f"{stem}.meta.json"
-        meta = json.loads(meta_path.read_text()) if meta_path.exists() else None
+    for stem, rows, meta in results_io.stored(names, every=name is None):
         atomic_write_text(results_io.RESULTS / f"{stem}.md", table(rows, meta))

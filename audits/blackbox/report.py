@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from audits import results_io
@@ -92,15 +91,8 @@ def table(rows: list[dict[str, Any]], meta: dict[str, Any] | None = None) -> str
     if any("implementation" not in row["setting"] for row in rows):
         lines += ["", OLD_ROWS]
     if meta is not None:
-        hardware = meta.get("config", {}).get("hardware", {})
-        lines += [
-            "",
-            f"Profile `{meta.get('config', {}).get('profile')}`, commit `{meta.get('commit')}`, "
-            f"{hardware.get('cpu')} ({hardware.get('cpus')} CPUs), torch "
-            f"{meta.get('config', {}).get('torch')}, Opacus "
-            f"{meta.get('config', {}).get('opacus', 'not recorded')}, created "
-            f"{meta.get('created')}.",
-        ]
+        opacus = meta.get("config", {}).get("opacus", "not recorded")
+        lines += ["", results_io.provenance_line(meta, f"Opacus {opacus}")]
     return "\n".join(lines) + "\n"
 
 
@@ -129,12 +121,7 @@ def write_report(name: str | None = None) -> None:
             profile's whose results exist.
     """
     names = [name] if name is not None else [results_name(p) for p in PROFILES]
-    for stem in names:
-        if name is None and not (results_io.RESULTS / f"{stem}.json").exists():
-            continue
-        rows = results_io.load(stem)
-        meta_path = results_io.RESULTS / f"{stem}.meta.json"
-        meta = json.loads(meta_path.read_text()) if meta_path.exists() else None
+    for stem, rows, meta in results_io.stored(names, every=name is None):
         text = table(rows, meta)
         soundness = results_io.RESULTS / "blackbox_soundness.json"
         if stem == results_name("full") and soundness.exists():
