@@ -80,6 +80,7 @@ from dpcore.runs import ExecutorChoice, SupportsSubmit, machine, one_at_a_time, 
 from dpcore.runs.torch_cells import LEARNING_RATE, MAX_GRAD_NORM, NOISE_MULTIPLIER
 from dpcore.torch.batches import call_model, take
 from dpcore.torch.engines import make_engine
+from dpcore.torch.noise import SeededGaussianNoise
 from dpcore.torch.optimizers import DPOptimizer
 
 __all__ = [
@@ -509,10 +510,34 @@ def _measure(run: ModelRun, model_recipe: ModelRecipe, row: dict[str, Any]) -> d
         method: median_ratio(seconds.get("dpcore", []), seconds.get(method, []))
         for method in OPACUS_METHODS
     }
+    row["noise"] = noise_draw(model, run.repetitions, reference)
     row["exactness"] = exactness(model_recipe, sizes)
     row["findings"] = findings(row)
     row.update(summary_fields(row))
     return row
+
+
+def noise_draw(model: nn.Module, repetitions: int, nonprivate: list[float]) -> dict[str, Any]:
+    """Seconds to draw one step's Gaussian noise for the trainable parameters with dpcore's
+    default source (:class:`~dpcore.torch.noise.SeededGaussianNoise`: float64 draws rounded to
+    the parameters' dtype), median of ``repetitions``, and its share of the non-private step:
+    the part of dpcore's ratio that does not depend on the lot size (Opacus draws float32
+    normals, whose tails stop at 5.77 sigma)."""
+    source = SeededGaussianNoise(0)
+    parameters = _trainable(model)
+    seconds = []
+    for _ in range(max(repetitions, 1)):
+        start = time.perf_counter()
+        for parameter in parameters:
+            source.standard_normal(parameter.shape, dtype=parameter.dtype, device=parameter.device)
+        seconds.append(time.perf_counter() - start)
+    draw = statistics.median(seconds)
+    step = statistics.median(nonprivate) if nonprivate else None
+    return {
+        "seconds": draw,
+        "values": sum(p.numel() for p in parameters),
+        "over_nonprivate_step": draw / step if step else None,
+    }
 
 
 def summary_fields(row: dict[str, Any]) -> dict[str, Any]:
@@ -528,6 +553,7 @@ def summary_fields(row: dict[str, Any]) -> dict[str, Any]:
     }
     for method in METHODS[1:]:
         fields[f"{method}_ratio"] = methods[method]["ratio_to_nonprivate"]
+    fields["noise_over_nonprivate_step"] = row.get("noise", {}).get("over_nonprivate_step")
     for method in OPACUS_METHODS:
         fields[f"dpcore_over_{method}"] = row["dpcore_over"][method]
     for part in ("dpcore", "opacus_hooks"):

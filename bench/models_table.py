@@ -20,6 +20,7 @@ COLUMNS = (
     "`auto` picks",
     "dpcore exact",
     "dpcore / non-private",
+    "of which noise",
     "Opacus hooks / non-private",
     "Opacus ghost / non-private",
     "dpcore / Opacus hooks",
@@ -102,6 +103,7 @@ def _row(row: dict[str, Any], notes: _Notes) -> str:
         picks,
         _exact_cell(checks.get("dpcore"), notes),
         _method_cell(dpcore, notes) if not dpcore.get("error") else "—",
+        _ratio((row.get("noise") or {}).get("over_nonprivate_step")),
         _method_cell(methods.get("opacus_hooks"), notes),
         _method_cell(methods.get("opacus_ghost"), notes),
         _ratio(over.get("opacus_hooks")),
@@ -150,7 +152,10 @@ def markdown(document: dict[str, Any]) -> str:
         f"repetitions, each a ratio of step times measured in the same process. Exactness: "
         f"per-example gradients against a one-example-at-a-time {config['exactness_dtype']} "
         f"loop on a lot of {config['exactness_lot']} (largest absolute difference; exact at "
-        f"most {config['tolerance']:g}). Commit `{meta['commit']}`, {meta['date']}, "
+        f"most {config['tolerance']:g}). *Of which noise*: the seconds dpcore's default "
+        f"source takes to draw one step's noise for the trainable parameters (float64 draws "
+        f"rounded to float32), over the non-private step: a cost per step, whatever the lot "
+        f"size. Commit `{meta['commit']}`, {meta['date']}, "
         f"{hardware.get('cpu') or 'unknown CPU'}; {versions}.",
         *_size_lines(document),
         "",

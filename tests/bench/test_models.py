@@ -60,6 +60,12 @@ def test_the_quick_profile_writes_every_field(
         assert "error" in checks["opacus_hooks"] or "exact" in checks["opacus_hooks"]
         assert isinstance(row["findings"], list)
         assert row["dpcore_ratio"] == dpcore["ratio_to_nonprivate"]
+        noise = row["noise"]
+        assert noise["values"] == row["trainable_parameters"] and noise["seconds"] > 0
+        assert noise["over_nonprivate_step"] == pytest.approx(
+            noise["seconds"] / row["nonprivate_step_seconds"]
+        )
+        assert row["noise_over_nonprivate_step"] == noise["over_nonprivate_step"]
         assert row["nonprivate_step_seconds"] == row["methods"]["nonprivate"]["step_seconds"]
         assert row["dpcore_exact"] is True and row["engine"] == dpcore["engine"]
         for method, entry in row["methods"].items():
