@@ -311,7 +311,8 @@ class BatchDataflow(TorchFunctionMode):
         self._batched = _Registry()
         self._sources = _Registry()  # independent tensor -> frozenset of parameter names
         self._expanded_from = _Registry()  # expansion result -> the tensor it expands
-        self._lookups = _Registry()  # embedding of constant indices -> (indices, weight, pad)
+        #: embedding of constant indices -> (indices, weight, padding index, version)
+        self._lookups = _Registry()
         self._frames: list[list[OperationCall]] = []  # one per open layer call
         self._copying: list[bool] = []  # per open layer call: its operations' results copied
         self._copied_meetings = copied_meetings
@@ -351,9 +352,12 @@ class BatchDataflow(TorchFunctionMode):
     def lookup(self, tensor: torch.Tensor) -> Lookup | None:
         """How ``tensor`` was computed if it is ``F.embedding(indices, weight)`` of constant
         indices (no example, no parameter in them) in a trainable ``weight``, with neither
-        ``max_norm`` nor ``scale_grad_by_freq``; else ``None``."""
+        ``max_norm`` nor ``scale_grad_by_freq``, and not written in place since; else
+        ``None``."""
         found = self._lookups.get(tensor)
-        return None if found is None else Lookup(found[0](), found[1], found[2])
+        if found is None or tensor._version != found[3]:  # written in place since: not a lookup
+            return None
+        return Lookup(found[0](), found[1], found[2])
 
     def _record_lookup(self, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> None:
         names = ("input", "weight", "padding_idx", "max_norm", "norm_type", "scale_grad_by_freq")
@@ -375,7 +379,7 @@ class BatchDataflow(TorchFunctionMode):
         padding = values.get("padding_idx")
         if padding is not None:
             padding = int(padding) % weight.shape[0]
-        self._lookups.put(result, (weakref.ref(indices), weight, padding))
+        self._lookups.put(result, (weakref.ref(indices), weight, padding, result._version))
 
     def mark_batched(self, tensor: torch.Tensor) -> None:
         """Declare ``tensor`` batched (for tests and planted bugs that replay shape rules)."""

@@ -517,3 +517,18 @@ def test_tables_looked_up_at_constant_indices_are_exact_without_a_pull_back(
     torch.manual_seed(2)
     check_against_loop(_TokenTypes(padding_idx).double(), batch_size=batch_size)
     assert not pulled  # both tables read by the lookup's rule
+
+
+class _ScaledInPlace(_TokenTypes):
+    """The token types scaled in place after the lookup: no longer a plain lookup."""
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        size, length = tokens.shape
+        types = self.types(self.type_ids[:, :length].expand(size, length))
+        types.mul_(3.0)
+        return self.head(torch.tanh(self.tokens(tokens) + types).mean(1))
+
+
+def test_a_lookup_written_in_place_is_pulled_back_through_autograd() -> None:
+    torch.manual_seed(3)
+    check_against_loop(_ScaledInPlace(None).double(), batch_size=5)
