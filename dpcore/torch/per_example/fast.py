@@ -58,6 +58,7 @@ from dpcore.torch.per_example.base import (
     clip_factors,
     per_example_losses,
 )
+from dpcore.torch.per_example.combined_terms import combined_term
 from dpcore.torch.per_example.dataflow import BatchDataflow, Meeting, OperationCall, tensors_in
 from dpcore.torch.per_example.independent import independent_rows, refuse_unsupported
 from dpcore.torch.per_example.layer_handlers import (
@@ -569,8 +570,9 @@ class FastEngine(PerExampleEngine):
             if len(listed) == 1:
                 terms[name] = listed[0]
             elif listed:  # used in several places: the norm is of the summed gradient
-                total = sum((term.rows() for term in listed[1:]), listed[0].rows())
-                terms[name] = materialized_term(name, total, parameter.shape)
+                terms[name] = combined_term(
+                    name, listed, parameter.shape, strategy=self.norm_strategy
+                )
         return _Pass(outputs, losses, terms, expected)
 
     def _clipped_sum(self, inputs: Batch, targets: Batch, loss_fn: LossFunction) -> ClippedBatch:

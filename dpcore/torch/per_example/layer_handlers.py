@@ -48,6 +48,7 @@ __all__ = [
     "LinearHandler",
     "NormStrategy",
     "NormalizationHandler",
+    "OuterFactors",
     "ParameterTerm",
     "broadcast_rows",
     "check_batch_first",
@@ -83,6 +84,40 @@ class LayerCall:
 
 
 @dataclasses.dataclass(frozen=True)
+class OuterFactors:
+    """A per-example gradient kept as the factors of ``G_i = sum_t b_{i,t} a_{i,t}^T``, a
+    ``(d_out, d_in)`` matrix in the parameter's own (row-major) layout.
+
+    Two such gradients of one parameter (a weight used twice: GPT-2's token table, read by its
+    embedding and by the tied output layer) have the inner product
+    ``<G_i, G'_i> = sum_{t,s} (a_t . a'_s)(b_t . b'_s)``, so the norm of their sum needs no
+    ``G_i`` (:mod:`dpcore.torch.per_example.combined_terms`).
+
+    Attributes:
+        activations: ``(batch, T, d_in)``, the ``a``'s.
+        backprops: ``(batch, T, d_out)``, the ``b``'s; ``None`` when ``indices`` give them.
+        indices: ``(batch, T)`` integers: ``b_t`` is the one-hot vector of ``indices[:, t]``
+            (an embedding's lookups: row ``x_t`` of ``G_i`` gets ``a_t``); else ``None``.
+        d_out: the length of each ``b``.
+    """
+
+    activations: torch.Tensor
+    backprops: torch.Tensor | None
+    indices: torch.Tensor | None
+    d_out: int
+
+    @property
+    def steps(self) -> int:
+        """``T``, the number of outer products summed."""
+        return int(self.activations.shape[1])
+
+    @property
+    def d_in(self) -> int:
+        """The length of each ``a``."""
+        return int(self.activations.shape[2])
+
+
+@dataclasses.dataclass(frozen=True)
 class ParameterTerm:
     """One parameter's per-example squared gradient norms and its clipped-sum rule.
 
@@ -93,12 +128,16 @@ class ParameterTerm:
             ``None`` when every example is kept, else a ``(batch,)`` bool mask of kept rows.
         rows: ``() -> (batch, *shape)``, the ``G_i`` materialised (needed when a parameter also
             gets gradient elsewhere, so that norms are taken of the sum).
+        factors: the ``G_i`` as outer-product factors where the rule has them (then a
+            parameter used in several places gets the norm of its summed gradient from inner
+            products instead of ``rows``), else ``None``.
     """
 
     name: str
     squared_norms: torch.Tensor
     weighted_sum: WeightedSum
     rows: Callable[[], torch.Tensor]
+    factors: OuterFactors | None = None
 
 
 def broadcast_rows(vector: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -146,10 +185,15 @@ def outer_product_term(
             (``G_i``, cost ~ T d_in d_out) or ``"auto"`` (the cheaper; Li et al. 2022).
     """
     steps, d_in, d_out = activations.shape[2], activations.shape[3], backprops.shape[3]
+    outer = (
+        OuterFactors(activations[:, 0], backprops[:, 0], None, int(d_out))
+        if activations.shape[1] == 1
+        else None
+    )
     cheaper_to_materialize = steps > 1 and steps * (d_in + d_out) > d_in * d_out
     if strategy == "materialize" or (strategy == "auto" and cheaper_to_materialize):
         per_example = backprops.transpose(-1, -2) @ activations  # (batch, groups, d_out, d_in)
-        return materialized_term(name, per_example, shape)
+        return dataclasses.replace(materialized_term(name, per_example, shape), factors=outer)
     if steps == 1:  # ||b a^T||^2 = |a|^2 |b|^2
         squared = (activations.square().sum(-1) * backprops.square().sum(-1)).sum((1, 2))
     else:
@@ -169,7 +213,7 @@ def outer_product_term(
         per_example = backprops.transpose(-1, -2) @ activations
         return per_example.reshape(per_example.shape[0], *shape)
 
-    return ParameterTerm(name, squared, weighted_sum, rows)
+    return ParameterTerm(name, squared, weighted_sum, rows, outer)
 
 
 def check_batch_first(tensor: torch.Tensor, batch_size: int, path: str, what: str) -> torch.Tensor:

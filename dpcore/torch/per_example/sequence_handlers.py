@@ -18,6 +18,7 @@ from dpcore.torch.per_example.layer_handlers import (
     LayerCall,
     LayerHandler,
     NormStrategy,
+    OuterFactors,
     ParameterTerm,
     broadcast_rows,
     check_batch_first,
@@ -76,6 +77,8 @@ class EmbeddingHandler(LayerHandler):
                 backprops,
             )
         steps = indices.shape[1]
+        # G_i = sum_t e_{x_t} b_t^T: one-hot "backprops" at the indices, the b's as activations
+        outer = OuterFactors(backprops, None, indices, vocabulary)
         if strategy == "ghost" or (strategy == "auto" and steps < 4):
             same = indices.unsqueeze(2) == indices.unsqueeze(1)
             squared = ((backprops @ backprops.transpose(1, 2)) * same).sum((1, 2))
@@ -94,7 +97,7 @@ class EmbeddingHandler(LayerHandler):
                     (owners.expand_as(indices), indices), backprops, accumulate=True
                 )
 
-            return [ParameterTerm("weight", squared, weighted_sum, dense_rows)]
+            return [ParameterTerm("weight", squared, weighted_sum, dense_rows, outer)]
         # Materialise the non-zero rows of each G_i: one row per distinct (example, index) pair.
         owner = torch.arange(batch_size, device=indices.device).unsqueeze(1)
         keys, slot = torch.unique(owner * vocabulary + indices, return_inverse=True)
@@ -112,7 +115,7 @@ class EmbeddingHandler(LayerHandler):
             dense = rows.new_zeros(batch_size, vocabulary, width)
             return dense.index_put_((row_owner, row_index), rows)
 
-        return [ParameterTerm("weight", squared, sum_rows, materialised_rows)]
+        return [ParameterTerm("weight", squared, sum_rows, materialised_rows, outer)]
 
 
 class IdentityInputLSTMHandler(LayerHandler):
