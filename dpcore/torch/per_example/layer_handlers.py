@@ -202,12 +202,13 @@ def outer_product_term(
         squared = (gram_a * gram_b).sum((1, 2, 3))
 
     def weighted_sum(factors: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
-        scaled = zero_dropped_rows(backprops, keep) * broadcast_rows(
-            factors.to(backprops.dtype), backprops
-        )
-        return torch.einsum("bgto,bgti->goi", scaled, zero_dropped_rows(activations, keep)).reshape(
-            shape
-        )
+        # sum_{i,t} c_i b_{i,t} a_{i,t}^T: the clip factors scale the narrower side
+        kept_b, kept_a = zero_dropped_rows(backprops, keep), zero_dropped_rows(activations, keep)
+        if d_out <= d_in:
+            kept_b = kept_b * broadcast_rows(factors.to(backprops.dtype), backprops)
+        else:
+            kept_a = kept_a * broadcast_rows(factors.to(activations.dtype), activations)
+        return torch.einsum("bgto,bgti->goi", kept_b, kept_a).reshape(shape)
 
     def rows() -> torch.Tensor:
         per_example = backprops.transpose(-1, -2) @ activations
