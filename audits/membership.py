@@ -50,6 +50,7 @@ SOURCES = (
     "dpcore.auditing.statistics",
     "dpcore.calibration",
     "dpcore.data.adult",
+    "dpcore.torch.noise",
     "dpcore.torch.optimizers",
     "dpcore.torch.per_example.fast",
     "dpcore.torch.samplers",

@@ -99,7 +99,8 @@ def _models(
 
     if device != "cpu":
         raise SystemExit("python -m bench models: CPU only for now")
-    return models.run(results_dir, quick=quick, executor=executor)
+    # the full profile measures each model in a fresh interpreter (bench.models.run)
+    return models.run(results_dir, quick=quick, executor=executor, fresh_process=not quick)
 
 
 def _audit_fanout(results_dir: Path, *, quick: bool, device: str) -> list[dict[str, Any]]:

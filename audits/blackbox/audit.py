@@ -40,6 +40,7 @@ SOURCES = (
     "dpcore.calibration",
     "dpcore.data.datasets",
     "dpcore.torch.models",
+    "dpcore.torch.noise",
     "dpcore.torch.optimizers",
     "dpcore.torch.per_example.fast",
     "dpcore.torch.samplers",

@@ -84,6 +84,7 @@ SOURCES = (
     training,
     "dpcore.calibration",
     "dpcore.data.datasets",
+    "dpcore.torch.noise",
     "dpcore.torch.optimizers",
     "dpcore.torch.per_example.base",
     "dpcore.torch.per_example.fast",

@@ -391,6 +391,7 @@ SOURCES = (
     training,
     "dpcore.calibration",
     "dpcore.data.datasets",
+    "dpcore.torch.noise",
     "dpcore.torch.optimizers",
     "dpcore.torch.per_example.fast",
     "dpcore.torch.samplers",

@@ -246,6 +246,19 @@ def test_models_fanned_out_through_an_executor_are_measured_one_at_a_time(
     assert (tmp_path / "models.md").exists()
 
 
+def test_each_model_can_be_measured_in_a_fresh_interpreter(tmp_path: Path) -> None:
+    """``fresh_process=True`` (the full profile of ``python -m bench models``) measures each
+    row in a spawned interpreter; the row is the same kind of result, and the config says so."""
+    rows = models.run(tmp_path, quick=True, models=("transformer_encoder",), fresh_process=True)
+    document = json.loads((tmp_path / "models.json").read_text())
+    assert document["rows"] == rows and rows[0]["status"] == "measured"
+    assert rows[0]["exactness"]["dpcore"]["exact"] is True
+    assert document["config"]["fresh_process_per_model"] is True
+    models.run(tmp_path, quick=True, models=("transformer_encoder",))
+    document = json.loads((tmp_path / "models.json").read_text())
+    assert document["config"]["fresh_process_per_model"] is False
+
+
 def test_recipes_build_their_models_and_lots_at_the_sizes_given() -> None:
     """The tests build the benchmark's recipes smaller (tests/torch/library_models.py)."""
     sizes = models_zoo.Sizes(vocabulary=10, sequence_length=5, width=8, heads=2, feed_forward=6)
