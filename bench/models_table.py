@@ -149,7 +149,9 @@ def markdown(document: dict[str, Any]) -> str:
     lines = [
         f"Step-time ratios at lot {config['batch_size']}, {config['dtype']}, "
         f"{config['threads']} CPU thread(s): medians of {config['repetitions']} interleaved "
-        f"repetitions, each a ratio of step times measured in the same process. Exactness: "
+        f"repetitions, each a ratio of step times measured in the same process"
+        f"{' (a fresh interpreter for each row)' if config.get('fresh_process_per_model') else ''}"
+        f". Exactness: "
         f"per-example gradients against a one-example-at-a-time {config['exactness_dtype']} "
         f"loop on a lot of {config['exactness_lot']} (largest absolute difference; exact at "
         f"most {config['tolerance']:g}). *Of which noise*: the seconds dpcore's default "
