@@ -166,18 +166,22 @@ def _abadi_mnist(output: Output) -> Iterator[Row]:
     levels = (("large", "sigma = 8, sigma_p = 16"), ("medium", "sigma = 4, sigma_p = 7"),
               ("small", "sigma = 2, sigma_p = 4"))  # fmt: skip
     paper = {"large": (0.90, 0.5), "medium": (0.95, 2.0), "small": (0.97, 8.0)}  # Sec. 5.2
+    full = stem == "abadi2016_mnist_full"
+    spread = output.load_results(SEED_SPREAD) if full and output.has_results(SEED_SPREAD) else None
     for level, noise in levels:
         item = summary.get(level, {})
         if item.get("status", "done") != "done":
             item = {"paper_epochs": item.get("paper_epochs"), "status": item["status"]}
         accuracy, epsilon = paper[level]
         epochs = item.get("paper_epochs")
+        explanation, note = _seed_spread(spread, f"fig3={level}", item.get("test_accuracy"))
         yield _row(
             ABADI,
             f"Sec. 5.2 / Fig. 3 MNIST test accuracy, {level} noise ({noise}), "
             f"{epochs or '?'} epochs, DP-PCA 60 + 1,000 ReLU",
             accuracy, item.get("test_accuracy"), 0.01, "1 percentage point (one run)",
             data, stem or "abadi2016_mnist", missing=item.get("status", "no result saved"),
+            explanation=explanation, note=note,
         )  # fmt: skip
         moments = (item.get("epsilon_paper_epochs_with_pca") or {}).get("moments")
         yield _row(
@@ -237,8 +241,9 @@ SEED_SPREAD = "abadi2016_seed_spread_full"
 def _seed_spread(
     study: dict[str, Any] | None, key: str, ours: float | None
 ) -> tuple[str | None, str | None]:
-    """(explanation, note) of a Fig. 5 row from the saved seed study (``figures/{SEED_SPREAD}
-    .json``), or (None, None) without one for this row.
+    """(explanation, note) of a Fig. 5 row (``key`` ``"axis=value"``) or a Fig. 3 accuracy row
+    (``"fig3=<level>"``) from the saved seed study (``figures/{SEED_SPREAD}.json``), or (None,
+    None) without one for this row.
 
     A study counts only if its seed-0 run is the row's own number. Complete (every seed done)
     with the paper's value inside the prediction interval of one run: the explanation. Complete

@@ -1,4 +1,4 @@
-"""Abadi et al. 2016, Fig. 5 (§5.2): the seed spread of the MNIST sweep points that differ.
+"""Abadi et al. 2016, Fig. 3 and Fig. 5 (§5.2): the seed spread of the MNIST runs that differ.
 
 The full sweep (:mod:`reproductions.abadi2016.sweeps`) trains each point once, at seed 0, and
 some points differ from the paper's plot by more than the scoreboard's tolerance. This study
@@ -9,6 +9,32 @@ at seeds 1..K, each a resumable run in the run store
 one run, is a plausible draw from the spread of ours. Seed 0 is read from the sweep's committed
 results (``figures/abadi2016_sweeps_full.json``) when their config is the study's sweep config;
 otherwise (the quick profile) it is trained here too.
+
+Fig. 3's medium noise level (sigma = 4, sigma_p = 7, 130 epochs of lot 600, DP-PCA 60 + 1,000
+ReLU: 13,000 steps) is one more point of the study, axis ``fig3``, value the level's index in
+:data:`~reproductions.abadi2016.mnist.LEVELS` (1; key ``fig3=medium``). Its run spec is
+:func:`~reproductions.abadi2016.mnist.level_specs`' medium run of the MNIST profile (the full
+profile's :data:`~reproductions.abadi2016.mnist.PROFILES` config) with only the seed changed (the
+config's seed and the run's ``seed + 1000 * level``). Seed 0 is read from
+``figures/abadi2016_mnist_full.json`` when the fields its run depends on (the run store key's
+config, and the level's noise, PCA noise and epochs) equal the study's and the level finished;
+otherwise it is trained here. Seeds 1..K are resumable runs in the same run store. Time: the
+seed-0 medium run recorded 77 s of training (``wall_s`` in that file; 2 torch threads, commit
+5b2182c); the study's Fig. 5 runs took 19-29 ms per step on one thread (476-726 s for 24,644
+steps), so a medium run takes about 4-6.5 min on one CPU thread, the 4 seeds about 17-26 min.
+
+Which code trained each run: the run store keys a run by its spec and the runs' code
+fingerprint, which the full profile pins (``--runs-code``, so finished runs stay readable after
+code changes); runs trained later under the pin are trained by the code of the day (e.g. the
+seeded noise changed at bf5be5e from torch's Box-Muller to numpy's PCG64 ziggurat: the same
+Gaussian noise in distribution, not the same draws). So before training or resuming a run the
+study appends the checkout's commit (:func:`~reproductions.harness.output.run_commit`) to
+``trained_by_commits`` in the run's state in the store, and every row of the results records
+``trained_by_commits`` (None for runs trained before this was recorded, whose code is known
+only by ``code_fingerprint``) beside the fingerprint; a seed-0 row read from saved results gives
+that file's ``commit``. The medium level's seed 0 (commit 5b2182c, torch Box-Muller noise) and
+its seeds 1..K (today's code) are thus trained by different code; the intervals take them as
+draws of one distribution, which the change of noise source keeps.
 
 Intervals, at level 1 - alpha = 95 %, for the n = K + 1 test accuracies of a point (mean m,
 sample standard deviation s), under a normal model of the accuracy over seeds (independent
@@ -28,9 +54,10 @@ outside the prediction interval whose Holm-adjusted p-value is still below alpha
 the family level too. The paper's values are read off a plot (about ±0.003), which the intervals
 do not include.
 
-Profiles: ``full`` (the sweep's full profile, K = 4; cheapest point first, all its seeds before
-the next point); ``quick`` (a tiny config on the quick sweep: 1 epoch per run, 2 seeds beside
-seed 0, seed 0 trained here; shows the pipeline, not the paper's accuracies).
+Profiles: ``full`` (the sweep's and the MNIST script's full profiles, K = 4; cheapest point
+first, all its seeds before the next point); ``quick`` (a tiny config on the quick sweep and the
+quick MNIST profile: 1 epoch per run, 2 seeds beside seed 0, seed 0 trained here; shows the
+pipeline, not the paper's accuracies).
 """
 
 from __future__ import annotations
@@ -39,6 +66,7 @@ import dataclasses
 import json
 import math
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +77,15 @@ from scipy import stats
 from dpcore.atomic import atomic_write_text
 from dpcore.errors import InvalidParameterError
 from dpcore.runs import ExecutorChoice, SupportsSubmit, parse_executor, run_many
-from reproductions.abadi2016 import mnist_core, sweeps
-from reproductions.abadi2016.mnist_core import CODE_MODULES, Data, private_spec
+from reproductions.abadi2016 import mnist, mnist_core, sweeps
+from reproductions.abadi2016.mnist import LEVELS, LevelJob
+from reproductions.abadi2016.mnist_core import (
+    CODE_MODULES,
+    Data,
+    MnistConfig,
+    RunSpec,
+    private_spec,
+)
 from reproductions.abadi2016.sweeps import PAPER_FIG5, PointJob, SweepConfig
 from reproductions.common import profile_config
 from reproductions.harness import Output, RunState, hardware_label, spread
@@ -58,10 +93,22 @@ from reproductions.harness.device import default_device
 from reproductions.harness.output import run_commit
 
 STEM = "abadi2016_seed_spread"
-#: The sweep points whose seed-0 run differed unexplained (the reference point is both the
-#: "hidden units = 1000" and the "lot size = 600" row), cheapest first by the seed-0 runs'
-#: training time in ``figures/abadi2016_sweeps_full.json`` (476 s, 502 s, 589 s, 1,719 s).
-POINTS: tuple[tuple[str, int], ...] = (("lot", 600), ("pca", 10), ("random", 60), ("lot", 300))
+#: The axis of Fig. 3's noise levels (value: the index into :data:`~reproductions.abadi2016.
+#: mnist.LEVELS`).
+FIG3 = "fig3"
+#: Fig. 3's medium noise level (13,000 steps).
+FIG3_MEDIUM = (FIG3, LEVELS.index("medium"))
+#: The runs whose seed-0 run differed unexplained (the Fig. 5 reference point is both the
+#: "hidden units = 1000" and the "lot size = 600" row), cheapest first: Fig. 3's medium level
+#: (13,000 steps), then the sweep points by the seed-0 runs' training time in
+#: ``figures/abadi2016_sweeps_full.json`` (476 s, 502 s, 589 s, 1,719 s).
+POINTS: tuple[tuple[str, int], ...] = (
+    FIG3_MEDIUM,
+    ("lot", 600),
+    ("pca", 10),
+    ("random", 60),
+    ("lot", 300),
+)
 
 
 def results_stem(profile: str) -> str:
@@ -76,6 +123,18 @@ def results_stem(profile: str) -> str:
 
 #: The quick profile's sweep: the quick sweep at 1 epoch per run.
 QUICK_SWEEP = dataclasses.replace(sweeps.PROFILES["quick"], epochs=1)
+#: The quick profile's Fig. 3 levels: the quick MNIST profile at 1 epoch per level.
+QUICK_FIG3 = dataclasses.replace(mnist.PROFILES["quick"], epochs=(1, 1, 1))
+
+
+def point_key(axis: str, value: int) -> str:
+    """A point's name in the results: ``"<axis>=<value>"``, a Fig. 3 level by its name.
+
+    Example:
+        >>> point_key("lot", 600), point_key(*FIG3_MEDIUM)
+        ('lot=600', 'fig3=medium')
+    """
+    return f"{axis}={LEVELS[value] if axis == FIG3 else value}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,14 +149,20 @@ class SeedSpreadConfig:
         seed0_results: the stem of the sweep results holding the seed-0 runs; None trains
             seed 0 here too. Used only when their config is ``sweep`` (else seed 0 is trained).
         level: the intervals' level (two-sided).
+        fig3: the MNIST profile whose noise levels are the ``fig3`` points (only its seed is
+            changed).
+        fig3_seed0_results: the stem of the MNIST results holding the levels' seed-0 runs;
+            None trains seed 0 here. Used only when the run's fields there equal ``fig3``'s.
     """
 
     profile: str = "quick"
     sweep: SweepConfig = QUICK_SWEEP
-    points: tuple[tuple[str, int], ...] = (("lot", 600), ("pca", 10))
+    points: tuple[tuple[str, int], ...] = (FIG3_MEDIUM, ("lot", 600), ("pca", 10))
     seeds: int = 2
     seed0_results: str | None = None
     level: float = 0.95
+    fig3: MnistConfig = QUICK_FIG3
+    fig3_seed0_results: str | None = None
 
     def __post_init__(self) -> None:
         if self.seeds < 1:
@@ -108,6 +173,11 @@ class SeedSpreadConfig:
             raise InvalidParameterError("points", "at least one (axis, value)", self.points)
         if self.sweep.seed != 0:
             raise InvalidParameterError("sweep.seed", "0 (the seed-0 runs)", self.sweep.seed)
+        if self.fig3.seed != 0:
+            raise InvalidParameterError("fig3.seed", "0 (the seed-0 runs)", self.fig3.seed)
+        for axis, value in self.points:
+            if axis == FIG3 and not 0 <= value < len(LEVELS):
+                raise InvalidParameterError("points", f"fig3 levels in [0, {len(LEVELS)})", value)
 
 
 PROFILES = {
@@ -118,6 +188,8 @@ PROFILES = {
         points=POINTS,
         seeds=4,
         seed0_results="abadi2016_sweeps_full",
+        fig3=mnist.PROFILES["full"],
+        fig3_seed0_results="abadi2016_mnist_full",
     ),
 }
 
@@ -202,17 +274,46 @@ def seed_sweep(config: SeedSpreadConfig, seed: int) -> SweepConfig:
     return dataclasses.replace(config.sweep, seed=seed)
 
 
+def seed_fig3(config: SeedSpreadConfig, seed: int) -> MnistConfig:
+    """The study's MNIST (Fig. 3) config at ``seed``: the profile's own, only the seed changed."""
+    return dataclasses.replace(config.fig3, seed=seed)
+
+
+def run_spec(
+    config: SeedSpreadConfig, axis: str, value: int, seed: int, n: int
+) -> tuple[MnistConfig, RunSpec]:
+    """The MNIST config and run of one point at one seed: the sweep's point (:func:`~reproductions.
+    abadi2016.sweeps.point_spec`) or a Fig. 3 level (:func:`~reproductions.abadi2016.mnist.
+    level_specs`), at ``seed``."""
+    if axis == FIG3:
+        level = seed_fig3(config, seed)
+        return level, mnist.level_specs(level, n)[value]
+    sweep = seed_sweep(config, seed)
+    point = sweeps.point_config(sweep, axis, value)
+    return point, sweeps.point_spec(sweep, point, n)
+
+
+def run_name(config: SeedSpreadConfig, axis: str, value: int) -> str:
+    """The name of a point's runs (a sweep model's :func:`~reproductions.abadi2016.sweeps.
+    run_name`, a Fig. 3 level's name)."""
+    if axis == FIG3:
+        return LEVELS[value]
+    return sweeps.run_name(sweeps.point_config(config.sweep, axis, value))
+
+
 def run_key(config: SeedSpreadConfig, axis: str, value: int, seed: int, n: int) -> dict[str, Any]:
-    """What the run of one point at one seed is stored under (the sweep's run spec).
+    """What the run of one point at one seed is stored under (the sweep's or Fig. 3's run spec).
 
     Example (only the seeds differ from the sweep's seed-0 key):
         >>> a, b = (run_key(PROFILES["full"], "lot", 600, s, 60_000) for s in (0, 3))
         >>> a["config"]["seed"], b["config"]["seed"], a["run"]["seed"], b["run"]["seed"]
         (0, 3, 0, 3)
+        >>> c = run_key(PROFILES["full"], *FIG3_MEDIUM, 3, 60_000)
+        >>> c["config"]["seed"], c["run"]["seed"], c["run"]["steps"]
+        (3, 1003, 13000)
     """
-    sweep = seed_sweep(config, seed)
-    point = sweeps.point_config(sweep, axis, value)
-    return private_spec(point, sweeps.point_spec(sweep, point, n), n)
+    point, spec = run_spec(config, axis, value, seed, n)
+    return private_spec(point, spec, n)
 
 
 def _read_state(
@@ -222,6 +323,36 @@ def _read_state(
     return RunState.open(store, run_key(config, axis, value, seed, n), code)
 
 
+#: Where a run's state in the store lists the commits of the checkouts that trained it.
+TRAINED_BY = "trained_by_commits"
+
+
+def note_commit(
+    config: SeedSpreadConfig, axis: str, value: int, seed: int, *, store: Path, n: int, code: str
+) -> None:
+    """Append the checkout's commit to the run's ``trained_by_commits`` in the store, unless the
+    run is done or the commit is already the last one listed (written before it trains)."""
+    state = _read_state(config, axis, value, seed, store=store, n=n, code=code)
+    commits = list(state.extra.get(TRAINED_BY, []))
+    if state.done or commits[-1:] == [run_commit()]:
+        return
+    state.extra[TRAINED_BY] = [*commits, run_commit()]
+    state.commit()
+
+
+def seeds_to_train(
+    config: SeedSpreadConfig, seed0_here: Collection[tuple[str, int]] | None
+) -> list[tuple[str, int, int]]:
+    """(axis, value, seed) of every run to train, point by point: seeds 1..K, and seed 0 of the
+    points in ``seed0_here`` (None: of every point)."""
+    return [
+        (axis, value, seed)
+        for axis, value in config.points
+        for seed in range(config.seeds + 1)
+        if seed > 0 or seed0_here is None or (axis, value) in seed0_here
+    ]
+
+
 def train(
     config: SeedSpreadConfig,
     *,
@@ -229,34 +360,31 @@ def train(
     fingerprint: str,
     deadline: float | None = None,
     data: Data | None = None,
-    include_seed0: bool = True,
+    seed0_here: Collection[tuple[str, int]] | None = None,
     log: Path | None = None,
 ) -> None:
     """Train (or resume) every run of the study in the store, one after another.
 
-    ``include_seed0`` False leaves seed 0 to the sweep's results. ``log`` gets a line per run
-    (start, end, test accuracy).
+    Seed 0 is trained for the points in ``seed0_here`` only (None: every point); the others'
+    come from saved results. ``log`` gets a line per run (start, end, test accuracy).
     """
     data = mnist_core.load_data() if data is None else data
     n = len(data[0])
-    first = 0 if include_seed0 else 1
-    for axis, value in config.points:
-        for seed in range(first, config.seeds + 1):
-            if deadline is not None and time.time() >= deadline:
-                return
-            sweep = seed_sweep(config, seed)
-            point = sweeps.point_config(sweep, axis, value)
-            spec = sweeps.point_spec(sweep, point, n)
-            _log(log, f"start {spec.name} seed {seed}")
-            state, _ = mnist_core.train_private(
-                point, spec, data, store=store, fingerprint=fingerprint, deadline=deadline
-            )
-            last = state.rows[-1] if state.rows else {}
-            _log(
-                log,
-                f"{'done' if state.done else 'stopped'} {spec.name} seed {seed}: epoch "
-                f"{last.get('epoch', 0)}, test accuracy {last.get('test_accuracy')}",
-            )
+    for axis, value, seed in seeds_to_train(config, seed0_here):
+        if deadline is not None and time.time() >= deadline:
+            return
+        point, spec = run_spec(config, axis, value, seed, n)
+        _log(log, f"start {spec.name} seed {seed}")
+        note_commit(config, axis, value, seed, store=store, n=n, code=fingerprint)
+        state, _ = mnist_core.train_private(
+            point, spec, data, store=store, fingerprint=fingerprint, deadline=deadline
+        )
+        last = state.rows[-1] if state.rows else {}
+        _log(
+            log,
+            f"{'done' if state.done else 'stopped'} {spec.name} seed {seed}: epoch "
+            f"{last.get('epoch', 0)}, test accuracy {last.get('test_accuracy')}",
+        )
 
 
 def fan_out(
@@ -266,17 +394,28 @@ def fan_out(
     store: Path,
     fingerprint: str,
     deadline: float | None = None,
-    include_seed0: bool = True,
+    seed0_here: Collection[tuple[str, int]] | None = None,
+    n: int = 60_000,
 ) -> None:
-    """Train every run of the study through ``executor`` (the sweep's :func:`~reproductions.
-    abadi2016.sweeps.train_point`, its config at each seed) into ``store``."""
-    first = 0 if include_seed0 else 1
-    jobs = [
-        PointJob(seed_sweep(config, seed), axis, value, str(store), fingerprint, deadline)
-        for axis, value in config.points
-        for seed in range(first, config.seeds + 1)
-    ]
-    run_many(sweeps.train_point, jobs, executor=executor)
+    """Train every run of the study through ``executor`` into ``store`` (:func:`train_job`: the
+    sweep's or the MNIST script's job, its config at each seed); seed 0 as in :func:`train`.
+    ``n`` (the training set's size) locates the runs whose commit is noted first."""
+    jobs: list[PointJob | LevelJob] = []
+    for axis, value, seed in seeds_to_train(config, seed0_here):
+        note_commit(config, axis, value, seed, store=store, n=n, code=fingerprint)
+        if axis == FIG3:
+            jobs.append(LevelJob(seed_fig3(config, seed), value, str(store), fingerprint, deadline))
+        else:
+            sweep = seed_sweep(config, seed)
+            jobs.append(PointJob(sweep, axis, value, str(store), fingerprint, deadline))
+    run_many(train_job, jobs, executor=executor)
+
+
+def train_job(job: PointJob | LevelJob) -> dict[str, Any]:
+    """Train one run of the study where a worker runs it: a sweep point's or a Fig. 3 level's."""
+    if isinstance(job, LevelJob):
+        return mnist.train_job(job)
+    return sweeps.train_point(job)
 
 
 def _log(path: Path | None, text: str) -> None:
@@ -306,31 +445,88 @@ def _seed0_row(data: dict[str, Any], axis: str, value: int) -> dict[str, Any] | 
     return None
 
 
+def _fig3_seed0_source(
+    config: SeedSpreadConfig, output: Output, level: int, n: int
+) -> dict[str, Any] | None:
+    """The MNIST results holding a Fig. 3 level's seed-0 run, if named, saved, of the study's
+    run and finished.
+
+    The run is the study's when the fields its run-store key depends on (its config's, and the
+    level's noise, PCA noise and epochs) are equal: fields that do not change the run (the
+    profile, how checkpoints are kept, the other levels' lengths) may differ.
+    """
+    if config.fig3_seed0_results is None or not output.has_results(config.fig3_seed0_results):
+        return None
+    data = output.load_results(config.fig3_seed0_results)
+    saved = data.get("config", {})
+    point, spec = run_spec(config, FIG3, level, 0, n)
+    wanted = json.loads(json.dumps(private_spec(point, spec, n)["config"]))
+    try:
+        same = all(saved[key] == item for key, item in wanted.items()) and (
+            saved["noise_multipliers"][level],
+            saved["pca_noise"][level],
+            saved["epochs"][level],
+        ) == (point.noise_multipliers[level], point.pca_noise[level], point.epochs[level])
+    except (KeyError, IndexError, TypeError):
+        return None
+    item = data.get("summary", {}).get(LEVELS[level], {})
+    finished = (
+        item.get("status", "done") == "done" and item.get("epochs_run") == (point.epochs[level])
+    )
+    return data if same and finished and item.get("test_accuracy") is not None else None
+
+
+def seed0_from_results(
+    config: SeedSpreadConfig, output: Output, n: int
+) -> dict[tuple[str, int], dict[str, Any]]:
+    """The points whose seed-0 run is read from saved results: (axis, value) -> the row (axis,
+    value, run, seed 0, done, epochs, test accuracy, source, code fingerprint, commits)."""
+    sweep = _seed0_source(config, output)
+    found: dict[tuple[str, int], dict[str, Any]] = {}
+    for axis, value in config.points:
+        if axis == FIG3:
+            data = _fig3_seed0_source(config, output, value, n)
+            if data is None:
+                continue
+            item = data["summary"][LEVELS[value]]
+            epochs, accuracy, stem = (
+                item["epochs_run"],
+                item["test_accuracy"],
+                config.fig3_seed0_results,
+            )
+        elif sweep is not None:
+            data, stem = sweep, config.seed0_results
+            row = _seed0_row(sweep, axis, value)
+            epochs = None if row is None else row["epochs"]
+            accuracy = None if row is None else row["test_accuracy"]
+        else:
+            continue
+        found[(axis, value)] = {
+            "axis": axis,
+            "value": value,
+            "run": run_name(config, axis, value),
+            "seed": 0,
+            "done": accuracy is not None,
+            "epochs": epochs,
+            "test_accuracy": accuracy,
+            "source": f"figures/{stem}.json",
+            "code_fingerprint": data.get("code_fingerprint"),
+            TRAINED_BY: None if data.get("commit") is None else [data["commit"]],
+        }
+    return found
+
+
 def collect(
     config: SeedSpreadConfig, *, output: Output, store: Path, fingerprint: str, n: int
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Rows (one per point and seed) and the per-point intervals, read from the saved results
     and the run store only."""
-    seed0 = _seed0_source(config, output)
+    seed0 = seed0_from_results(config, output, n)
     rows: list[dict[str, Any]] = []
     for axis, value in config.points:
         for seed in range(config.seeds + 1):
-            name = sweeps.run_name(sweeps.point_config(config.sweep, axis, value))
-            if seed == 0 and seed0 is not None:
-                found = _seed0_row(seed0, axis, value)
-                rows.append(
-                    {
-                        "axis": axis,
-                        "value": value,
-                        "run": name,
-                        "seed": 0,
-                        "done": found is not None,
-                        "epochs": None if found is None else found["epochs"],
-                        "test_accuracy": None if found is None else found["test_accuracy"],
-                        "source": f"figures/{config.seed0_results}.json",
-                        "code_fingerprint": seed0.get("code_fingerprint"),
-                    }
-                )
+            if seed == 0 and (axis, value) in seed0:
+                rows.append(seed0[(axis, value)])
                 continue
             state = _read_state(config, axis, value, seed, store=store, n=n, code=fingerprint)
             last = state.rows[-1] if state.rows else {}
@@ -338,21 +534,25 @@ def collect(
                 {
                     "axis": axis,
                     "value": value,
-                    "run": name,
+                    "run": run_name(config, axis, value),
                     "seed": seed,
                     "done": state.done,
                     "epochs": last.get("epoch"),
                     "test_accuracy": last.get("test_accuracy") if state.done else None,
                     "source": "run store",
                     "code_fingerprint": fingerprint,
+                    TRAINED_BY: state.extra.get(TRAINED_BY),
                 }
             )
     return rows, summarise(config, rows)
 
 
 def paper_values(config: SeedSpreadConfig, axis: str, value: int) -> dict[str, float]:
-    """The paper's Fig. 5 readings of the model of (axis, value): ``"axis=value"`` -> accuracy,
-    every axis whose point is that model (the reference point is on all three)."""
+    """The paper's values of the run of (axis, value): a Fig. 3 level's accuracy (§5.2) under
+    its :func:`point_key`; for a sweep point the Fig. 5 readings of its model, ``"axis=value"``
+    -> accuracy, every axis whose point is that model (the reference point is on all three)."""
+    if axis == FIG3:
+        return {point_key(axis, value): config.fig3.paper_accuracy[value]}
     name = sweeps.run_name(sweeps.point_config(config.sweep, axis, value))
     found = {}
     for other, readings in PAPER_FIG5.items():
@@ -393,7 +593,7 @@ def summarise(config: SeedSpreadConfig, rows: list[dict[str, Any]]) -> dict[str,
             entry["comparisons"][key] = item
             if p is not None:
                 comparisons.append(item)
-        points[f"{axis}={value}"] = entry
+        points[point_key(axis, value)] = entry
     for item, adjusted in zip(comparisons, holm([c["p_value"] for c in comparisons]), strict=True):
         item["p_value_holm"] = adjusted
         item["outside_after_holm"] = adjusted < 1 - config.level
@@ -455,8 +655,10 @@ def compute(
     fingerprint = output.code(*CODE_MODULES)
     # Pinned for this call: the results record the runs' code even if the files change meanwhile.
     output = dataclasses.replace(output, runs_code=fingerprint)
-    include_seed0 = _seed0_source(config, output) is None
     data = mnist_core.load_data() if data is None else data  # its size is part of the run keys
+    n = len(data[0])
+    read = seed0_from_results(config, output, n)
+    seed0_here = [point for point in config.points if point not in read]
     if train_runs and executor is not None:
         fan_out(
             config,
@@ -464,7 +666,8 @@ def compute(
             store=store,
             fingerprint=fingerprint,
             deadline=deadline,
-            include_seed0=include_seed0,
+            seed0_here=seed0_here,
+            n=n,
         )
     elif train_runs:
         train(
@@ -473,17 +676,23 @@ def compute(
             fingerprint=fingerprint,
             deadline=deadline,
             data=data,
-            include_seed0=include_seed0,
+            seed0_here=seed0_here,
             log=log,
         )
-    rows, points = collect(
-        config, output=output, store=store, fingerprint=fingerprint, n=len(data[0])
-    )
+    rows, points = collect(config, output=output, store=store, fingerprint=fingerprint, n=n)
     left = sum(1 for row in rows if not row["done"])
     seed0 = _seed0_source(config, output)
+    fig3_seed0 = {
+        point_key(axis, value): _fig3_seed0_source(config, output, value, n)
+        for axis, value in config.points
+        if axis == FIG3
+    }
     extra = {
         "hardware": f"{hardware_label(default_device())}, {spread(executor)}",
         "seed0_hardware": None if seed0 is None else seed0.get("hardware"),
+        "fig3_seed0_hardware": {
+            key: source.get("hardware") for key, source in fig3_seed0.items() if source
+        },
         "torch": torch.__version__,
         **output.provenance_of_runs(*CODE_MODULES),
         "wall_time_s": round(time.perf_counter() - start, 1),
@@ -510,18 +719,31 @@ def table(data: dict[str, Any]) -> str:
     config = data["config"]
     k, epochs = config["seeds"], config["sweep"]["epochs"]
     length = (
-        f"**{epochs} epoch(s) per run, not trained to the budget: NOT comparable with the "
+        f"**{epochs} epoch(s) per sweep run, not trained to the budget: NOT comparable with the "
         "paper's values**"
         if epochs is not None
-        else f"each run trained until eps = {config['sweep']['target_epsilon']:g} (moments, "
-        "incl. PCA) as in the sweep"
+        else f"each sweep run trained until eps = {config['sweep']['target_epsilon']:g} "
+        "(moments, incl. PCA) as in the sweep"
     )
+    fig3 = config.get("fig3")
+    levels = [value for axis, value in config["points"] if axis == FIG3]
+    if fig3 is not None and levels:
+        length += "; Fig. 3 levels: " + ", ".join(
+            f"{LEVELS[v]} {fig3['epochs'][v]} epoch(s) (paper's {fig3['paper_epochs'][v]}"
+            + ("" if fig3["epochs"][v] == fig3["paper_epochs"][v] else ": **NOT comparable**")
+            + ")"
+            for v in levels
+        )
     lines = [
-        f"Seed spread of Abadi et al. 2016 Fig. 5 sweep points ({config['profile']} profile; "
-        f"{length}): seeds 0..{k}, {100 * config['level']:g} % intervals (t for the mean; "
-        f"prediction for one run), commit `{data['commit'][:12]}`, {data['hardware']}; runs "
-        f"left: {data['runs_left']}."
-        + (f" Seed 0: {data['seed0_hardware']}." if data.get("seed0_hardware") else "")
+        f"Seed spread of Abadi et al. 2016 Fig. 3 levels and Fig. 5 sweep points "
+        f"({config['profile']} profile; {length}): seeds 0..{k}, {100 * config['level']:g} % "
+        f"intervals (t for the mean; prediction for one run), commit `{data['commit'][:12]}`, "
+        f"{data['hardware']}; runs left: {data['runs_left']}."
+        + (f" Seed 0 (sweep): {data['seed0_hardware']}." if data.get("seed0_hardware") else "")
+        + "".join(
+            f" Seed 0 ({key}): {hardware}."
+            for key, hardware in (data.get("fig3_seed0_hardware") or {}).items()
+        )
         + "".join(
             f" Stopped or in progress: {row['run']} seed {row['seed']} at epoch {row['epochs']:g}."
             for row in data["rows"]

@@ -1,5 +1,6 @@
-"""Seed spread of the Abadi et al. 2016 Fig. 5 sweep points: interval math, run specs, the
-quick pipeline through the run store (on generated data) and the scoreboard's verdicts."""
+"""Seed spread of the Abadi et al. 2016 Fig. 3 medium level and Fig. 5 sweep points: interval
+math, run specs, the quick pipeline through the run store (on generated data) and the
+scoreboard's verdicts."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ import reproductions.__main__ as entry
 from dpcore.errors import InvalidParameterError
 from dpcore.runs import parse_executor
 from reproductions import scoreboard
-from reproductions.abadi2016 import mnist_core, seed_spread, sweeps
-from reproductions.abadi2016.seed_spread import SeedSpreadConfig
+from reproductions.abadi2016 import mnist, mnist_core, seed_spread, sweeps
+from reproductions.abadi2016.mnist_core import MnistConfig
+from reproductions.abadi2016.seed_spread import FIG3, FIG3_MEDIUM, SeedSpreadConfig
 from reproductions.abadi2016.sweeps import SweepConfig
 from reproductions.harness import Output
 
@@ -28,9 +30,13 @@ TINY = SeedSpreadConfig(
     sweep=SweepConfig(
         profile="test", reference_pca=10, reference_hidden=8, reference_lot=20, epochs=1
     ),
-    points=(("pca", 10), ("lot", 10)),
+    points=(FIG3_MEDIUM, ("pca", 10), ("lot", 10)),
     seeds=2,
+    fig3=MnistConfig(
+        profile="test", pca_components=10, hidden_units=8, lot_size=20, epochs=(1, 1, 1)
+    ),
 )
+SWEEP_POINTS = [point for point in seed_spread.POINTS if point[0] != FIG3]
 
 
 def _fake_mnist(split: str) -> tuple[np.ndarray, np.ndarray]:
@@ -104,6 +110,10 @@ def test_bad_config_is_refused() -> None:
         SeedSpreadConfig(level=1.0)
     with pytest.raises(InvalidParameterError, match=r"sweep\.seed"):
         SeedSpreadConfig(sweep=SweepConfig(seed=1))
+    with pytest.raises(InvalidParameterError, match=r"fig3\.seed"):
+        SeedSpreadConfig(fig3=MnistConfig(seed=1))
+    with pytest.raises(InvalidParameterError, match="points"):
+        SeedSpreadConfig(points=((FIG3, 3),))
 
 
 # ----------------------------------------------------------------------------- run specs
@@ -115,7 +125,7 @@ def _flat(spec: Any, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]
     return {prefix: spec}
 
 
-@pytest.mark.parametrize("point", seed_spread.POINTS)
+@pytest.mark.parametrize("point", SWEEP_POINTS)
 def test_a_seed_run_is_the_sweeps_run_with_only_the_seed_changed(point: tuple[str, int]) -> None:
     config = seed_spread.PROFILES["full"]
     assert config.sweep == sweeps.PROFILES["full"]
@@ -134,37 +144,98 @@ def test_a_seed_run_is_the_sweeps_run_with_only_the_seed_changed(point: tuple[st
         assert mine[("run", "seed")] == seed
 
 
-def test_fanned_out_jobs_are_the_sweeps_jobs_at_each_seed(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_fig3_medium_run_is_the_mnist_scripts_with_only_the_seed_changed() -> None:
+    config = seed_spread.PROFILES["full"]
+    assert config.fig3 == mnist.PROFILES["full"] and seed_spread.POINTS[0] == FIG3_MEDIUM
+    medium = mnist.level_specs(mnist.PROFILES["full"], 60_000)[mnist.LEVELS.index("medium")]
+    assert medium.name == "medium" and medium.steps == 13_000
+    script_key = mnist_core.private_spec(mnist.PROFILES["full"], medium, 60_000)
+    assert seed_spread.run_key(config, *FIG3_MEDIUM, 0, 60_000) == script_key
+    for seed in (1, 4):
+        mine = _flat(seed_spread.run_key(config, *FIG3_MEDIUM, seed, 60_000))
+        theirs = _flat(script_key)
+        assert mine.keys() == theirs.keys()
+        changed = {key for key in mine if mine[key] != theirs[key]}
+        assert changed == {("config", "seed"), ("run", "seed")}
+        assert mine[("config", "seed")] == seed and mine[("run", "seed")] == seed + 1000
+
+
+def test_fanned_out_jobs_are_the_sweeps_and_the_mnist_scripts_jobs_at_each_seed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     submitted: list[Any] = []
     monkeypatch.setattr(seed_spread, "run_many", lambda f, jobs, executor: submitted.extend(jobs))
     config = seed_spread.PROFILES["full"]
     executor = parse_executor("processes:1")
-    seed_spread.fan_out(config, executor, store=Path("s"), fingerprint="f", include_seed0=False)
-    assert [(job.axis, job.value, job.config.seed) for job in submitted] == [
-        (axis, value, seed) for axis, value in seed_spread.POINTS for seed in range(1, 5)
+    seed_spread.fan_out(config, executor, store=tmp_path, fingerprint="f" * 16, seed0_here=())
+    levels = [job for job in submitted if isinstance(job, mnist.LevelJob)]
+    points = [job for job in submitted if isinstance(job, sweeps.PointJob)]
+    assert submitted[:4] == levels  # the Fig. 3 level first
+    assert [(job.level, job.config.seed) for job in levels] == [(1, seed) for seed in range(1, 5)]
+    assert all(
+        job.config == dataclasses.replace(mnist.PROFILES["full"], seed=job.config.seed)
+        for job in levels
+    )
+    assert [(job.axis, job.value, job.config.seed) for job in points] == [
+        (axis, value, seed) for axis, value in SWEEP_POINTS for seed in range(1, 5)
     ]
     assert all(
         job.config == dataclasses.replace(sweeps.PROFILES["full"], seed=job.config.seed)
-        for job in submitted
+        for job in points
     )
 
 
-def test_the_full_study_takes_seed_0_from_the_committed_sweep() -> None:
+def test_the_full_study_takes_seed_0_from_the_committed_results() -> None:
     config = seed_spread.PROFILES["full"]
     source = seed_spread._seed0_source(config, Output())
     assert source is not None
-    for axis, value in config.points:
+    for axis, value in SWEEP_POINTS:
         row = seed_spread._seed0_row(source, axis, value)
         assert row is not None and row["test_accuracy"] is not None
+    read = seed_spread.seed0_from_results(config, Output(), 60_000)
+    assert set(read) == set(config.points)
+    medium = Output().load_results("abadi2016_mnist_full")
+    row = read[FIG3_MEDIUM]
+    assert row["test_accuracy"] == medium["summary"]["medium"]["test_accuracy"]
+    assert row["source"] == "figures/abadi2016_mnist_full.json" and row["run"] == "medium"
+    assert row["trained_by_commits"] == [medium["commit"]]
+
+
+def _fake_mnist_results(output: Output, config: MnistConfig, accuracy: float) -> None:
+    summary = {
+        name: {"status": "done", "epochs_run": config.epochs[i], "test_accuracy": accuracy}
+        for i, name in enumerate(mnist.LEVELS)
+    }
+    output.save_results("fig3_seed0", config=config, rows=[], extra={"summary": summary})
+
+
+def test_fig3_seed_0_is_read_only_from_results_of_the_same_run(tmp_path: Path) -> None:
+    config = dataclasses.replace(TINY, fig3_seed0_results="fig3_seed0")
+    output = Output.under(tmp_path)
+    assert seed_spread.seed0_from_results(config, output, 200) == {}
+    # the profile and the other levels' lengths do not change the medium run
+    _fake_mnist_results(
+        output, dataclasses.replace(config.fig3, profile="other", epochs=(7, 1, 9)), 0.5
+    )
+    read = seed_spread.seed0_from_results(config, output, 200)
+    assert list(read) == [FIG3_MEDIUM] and read[FIG3_MEDIUM]["test_accuracy"] == 0.5
+    for changed in (
+        dataclasses.replace(config.fig3, epochs=(1, 2, 1)),
+        dataclasses.replace(config.fig3, pca_noise=(16.0, 8.0, 4.0)),
+        dataclasses.replace(config.fig3, lot_size=30),
+    ):
+        _fake_mnist_results(output, changed, 0.5)
+        assert seed_spread.seed0_from_results(config, output, 200) == {}
 
 
 def test_quick_profile_is_tiny() -> None:
     config = seed_spread.PROFILES["quick"]
-    steps = 0
-    for axis, value in config.points:
-        point = sweeps.point_config(config.sweep, axis, value)
-        steps += sweeps.run_steps(config.sweep, point, 60_000) * (config.seeds + 1)
-    assert steps <= 1_000 and config.seed0_results is None
+    steps = sum(
+        seed_spread.run_spec(config, axis, value, 0, 60_000)[1].steps * (config.seeds + 1)
+        for axis, value in config.points
+    )
+    assert FIG3_MEDIUM in config.points
+    assert steps <= 1_000 and config.seed0_results is None and config.fig3_seed0_results is None
 
 
 # ----------------------------------------------------------------------------- end to end
@@ -181,18 +252,27 @@ def test_quick_study_end_to_end_through_the_run_store(
         (axis, value, seed) for axis, value in TINY.points for seed in range(3)
     ]
     assert all(row["done"] and row["source"] == "run store" for row in rows)
+    commit = first["commit"]
+    assert all(row["trained_by_commits"] == [commit] for row in rows)
     assert first["runs_left"] == 0
     assert first["resume"].endswith(f"--runs-code {first['code_fingerprint']}")
     pca = first["points"]["pca=10"]
     assert pca["complete"] and pca["n"] == 3
-    assert pca["accuracy_by_seed"] == {str(row["seed"]): row["test_accuracy"] for row in rows[:3]}
+    assert pca["accuracy_by_seed"] == {str(row["seed"]): row["test_accuracy"] for row in rows[3:6]}
     comparison = pca["comparisons"]["pca=10"]
     assert comparison["paper"] == 0.94 and isinstance(comparison["within_prediction"], bool)
     assert "p_value_holm" in comparison
     assert comparison["statement"].startswith("the paper's 0.940 is ")
     assert "(3 of 3 seeds, mean" in comparison["statement"]
     assert first["points"]["lot=10"]["comparisons"] == {}  # no paper reading at lot 10
+    medium = first["points"]["fig3=medium"]
+    assert medium["run"] == "medium" and medium["complete"]
+    assert list(medium["comparisons"]) == ["fig3=medium"]
+    assert medium["comparisons"]["fig3=medium"]["paper"] == 0.95
+    holm = [c for p in first["points"].values() for c in p["comparisons"].values()]
+    assert len(holm) == 2 and all("p_value_holm" in c for c in holm)
     assert (tmp_path / "log").read_text().count("done dp_pca10_h8_l") == 6
+    assert (tmp_path / "log").read_text().count("done medium seed") == 3
     assert (output.figures / "abadi2016_seed_spread.md").read_text().startswith("Seed spread")
     # Done runs are read back (their checkpoint loaded), never trained again.
     run_training = mnist_core.run_training
@@ -220,12 +300,12 @@ class _Inline:
 
 
 def test_fanned_out_runs_give_the_in_process_rows(tmp_path: Path, generated_data: None) -> None:
-    config = dataclasses.replace(TINY, points=(("pca", 10),))
+    config = dataclasses.replace(TINY, points=(FIG3_MEDIUM, ("pca", 10)))
     here, spread_out = Output.under(tmp_path / "here"), Output.under(tmp_path / "spread")
     seed_spread.compute(config=config, output=here)
     inline = _Inline()
     seed_spread.compute(config=config, output=spread_out, executor=inline)
-    assert inline.calls == 3  # seeds 0, 1, 2 (no sweep results to take seed 0 from)
+    assert inline.calls == 6  # seeds 0, 1, 2 of each (no results to take seed 0 from)
     ours = here.load_results("abadi2016_seed_spread")
     theirs = spread_out.load_results("abadi2016_seed_spread")
     assert ours["rows"] == theirs["rows"] and ours["points"] == theirs["points"]
@@ -255,7 +335,7 @@ def test_a_stopped_study_saves_what_is_done(tmp_path: Path, generated_data: None
     output = Output.under(tmp_path)
     seed_spread.compute(config=TINY, output=output, deadline=0.0)
     saved = output.load_results("abadi2016_seed_spread")
-    assert saved["runs_left"] == 6 and not any(row["done"] for row in saved["rows"])
+    assert saved["runs_left"] == 9 and not any(row["done"] for row in saved["rows"])
     assert saved["points"]["pca=10"]["sd"] is None
     stopped = saved["points"]["pca=10"]["comparisons"]["pca=10"]
     assert stopped["within_prediction"] is None
@@ -286,7 +366,7 @@ def _fake_study(output: Output, accuracies: dict[tuple[str, int], list[float | N
         {
             "axis": axis,
             "value": value,
-            "run": sweeps.run_name(sweeps.point_config(config.sweep, axis, value)),
+            "run": seed_spread.run_name(config, axis, value),
             "seed": seed,
             "done": accuracy is not None,
             "test_accuracy": accuracy,
@@ -354,3 +434,64 @@ def test_scoreboard_verdicts_from_the_seed_study(tmp_path: Path) -> None:
     counted = scoreboard.totals([r for r in rows if r["quantity"].startswith("Fig. 5")])
     unexplained = sum(1 for v in verdicts.values() if v.startswith("differs (unexplained"))
     assert counted["differs_unexplained"] == unexplained == 3
+
+
+def _fake_mnist_full(output: Output, medium: float) -> None:
+    config = mnist.PROFILES["full"]
+    summary = {
+        name: {
+            "status": "done",
+            "epochs_run": config.epochs[i],
+            "paper_epochs": config.paper_epochs[i],
+            "test_accuracy": medium if name == "medium" else config.paper_accuracy[i],
+        }
+        for i, name in enumerate(mnist.LEVELS)
+    }
+    summary["non-private"] = {"test_accuracy": 0.98}
+    output.save_results("abadi2016_mnist_full", config=config, rows=[], extra={"summary": summary})
+
+
+def _medium_verdict(output: Output) -> str:
+    (row,) = [
+        row
+        for row in scoreboard.build_rows(output)
+        if row["quantity"].startswith("Sec. 5.2 / Fig. 3 MNIST test accuracy, medium")
+    ]
+    verdict: str = row["verdict"]
+    return verdict
+
+
+@pytest.mark.parametrize(
+    ("medium", "expected"),
+    [
+        (
+            [0.9399, 0.941, 0.935, None, None],
+            "differs (unexplained): seed study incomplete (3 of 5 seeds done",
+        ),
+        (
+            [0.9399, 0.941, 0.938, 0.940, 0.939],
+            "differs (unexplained): beyond the seed spread: the paper's value is outside the 95 % "
+            "prediction interval of one run over 5 seeds",
+        ),
+        (
+            [0.9399, 0.945, 0.952, 0.941, 0.948],
+            "differs (explained: seed spread: paper's value within the 95 % prediction interval",
+        ),
+        ([0.9, 0.941, 0.938, 0.940, 0.939], "differs (unexplained)"),  # another seed-0 run
+    ],
+)
+def test_scoreboard_fig3_medium_row_from_the_seed_study(
+    tmp_path: Path, medium: list[float | None], expected: str
+) -> None:
+    output = Output.under(tmp_path)
+    _fake_mnist_full(output, 0.9399)
+    assert _medium_verdict(output) == "differs (unexplained)"
+    _fake_study(output, {FIG3_MEDIUM: medium, ("pca", 10): [0.8988, 0.899, 0.897, 0.900, 0.898]})
+    verdict = _medium_verdict(output)
+    assert verdict.startswith(expected)
+    if expected == "differs (unexplained)":
+        assert verdict == expected
+    if "beyond" in expected:
+        assert "over the study's 2 comparisons" in verdict
+    study = output.load_results("abadi2016_seed_spread_full")
+    assert study["points"]["fig3=medium"]["comparisons"]["fig3=medium"]["paper"] == 0.95
