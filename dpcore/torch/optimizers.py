@@ -160,7 +160,12 @@ class DPOptimizer:
         noisy = []
         for parameter, summed in zip(self.engine.parameters, clipped.summed, strict=True):
             noise = checked_standard_normal(self.noise, parameter)  # shape, dtype, finite
-            noisy.append((summed.detach() + self.noise_std * noise) / self.expected_batch_size)
+            # S + sigma C N in one pass, then divided in place (the sum is a new tensor)
+            noisy.append(
+                torch.add(summed.detach(), noise, alpha=self.noise_std).div_(
+                    self.expected_batch_size
+                )
+            )
         return noisy
 
     def step(self, clipped: ClippedBatch) -> None:
