@@ -23,6 +23,19 @@ seed-0 medium run recorded 77 s of training (``wall_s`` in that file; 2 torch th
 5b2182c); the study's Fig. 5 runs took 19-29 ms per step on one thread (476-726 s for 24,644
 steps), so a medium run takes about 4-6.5 min on one CPU thread, the 4 seeds about 17-26 min.
 
+Fig. 3's medium level with the per-layer clipping's bound (axis ``fig3_per_layer``, key
+``fig3=medium, per-layer bound``) is one more point. The paper "clips the gradient norm of each
+layer at 4" (§5.2); clipping each of the K layers with trainable parameters at C bounds the whole
+gradient's L2 norm by C sqrt(K), and its noise std is sigma C per coordinate. Ours clips the
+whole gradient at C (a stated deviation). This point keeps the paper's total bound and noise std
+with our flat clipping: the medium run with ``max_grad_norm`` C sqrt(K) and noise multiplier
+sigma / sqrt(K) (:func:`per_layer_config`; K from the model, :func:`trainable_layers`: 2 for 60
+-> 1,000 -> 10), everything else, seeds included, the flat medium point's. Its seeds 0..K are all
+trained here (its run keys differ from the flat point's by the bound and the multiplier). Its
+comparison with the paper joins the Holm family. Each point records every run's epsilon at the
+end (moments accountant, training alone and with the DP-PCA): the per-layer bound's smaller
+multiplier spends more privacy over the same steps.
+
 Which code trained each run: the run store keys a run by its spec and the runs' code
 fingerprint, which the full profile pins (``--runs-code``, so finished runs stay readable after
 code changes); runs trained later under the pin are trained by the code of the day (e.g. the
@@ -98,12 +111,23 @@ STEM = "abadi2016_seed_spread"
 FIG3 = "fig3"
 #: Fig. 3's medium noise level (13,000 steps).
 FIG3_MEDIUM = (FIG3, LEVELS.index("medium"))
+#: The axis of Fig. 3's noise levels trained with the per-layer clipping's total bound and noise
+#: std (:func:`per_layer_config`; value: the index into :data:`~reproductions.abadi2016.mnist.
+#: LEVELS`).
+FIG3_PER_LAYER = "fig3_per_layer"
+#: The axes whose points are Fig. 3 levels.
+FIG3_AXES = (FIG3, FIG3_PER_LAYER)
+#: Fig. 3's medium noise level with the per-layer clipping's total bound and noise std.
+FIG3_MEDIUM_PER_LAYER = (FIG3_PER_LAYER, LEVELS.index("medium"))
+#: How the per-layer bound's points are named (after the level).
+PER_LAYER = "per-layer bound"
 #: The runs whose seed-0 run differed unexplained (the Fig. 5 reference point is both the
 #: "hidden units = 1000" and the "lot size = 600" row), cheapest first: Fig. 3's medium level
-#: (13,000 steps), then the sweep points by the seed-0 runs' training time in
-#: ``figures/abadi2016_sweeps_full.json`` (476 s, 502 s, 589 s, 1,719 s).
+#: (13,000 steps) flat and with the per-layer bound, then the sweep points by the seed-0 runs'
+#: training time in ``figures/abadi2016_sweeps_full.json`` (476 s, 502 s, 589 s, 1,719 s).
 POINTS: tuple[tuple[str, int], ...] = (
     FIG3_MEDIUM,
+    FIG3_MEDIUM_PER_LAYER,
     ("lot", 600),
     ("pca", 10),
     ("random", 60),
@@ -128,12 +152,15 @@ QUICK_FIG3 = dataclasses.replace(mnist.PROFILES["quick"], epochs=(1, 1, 1))
 
 
 def point_key(axis: str, value: int) -> str:
-    """A point's name in the results: ``"<axis>=<value>"``, a Fig. 3 level by its name.
+    """A point's name in the results: ``"<axis>=<value>"``, a Fig. 3 level by its name (with the
+    per-layer bound: ``"fig3=<level>, per-layer bound"``).
 
     Example:
-        >>> point_key("lot", 600), point_key(*FIG3_MEDIUM)
-        ('lot=600', 'fig3=medium')
+        >>> point_key("lot", 600), point_key(*FIG3_MEDIUM), point_key(*FIG3_MEDIUM_PER_LAYER)
+        ('lot=600', 'fig3=medium', 'fig3=medium, per-layer bound')
     """
+    if axis == FIG3_PER_LAYER:
+        return f"{FIG3}={LEVELS[value]}, {PER_LAYER}"
     return f"{axis}={LEVELS[value] if axis == FIG3 else value}"
 
 
@@ -157,7 +184,12 @@ class SeedSpreadConfig:
 
     profile: str = "quick"
     sweep: SweepConfig = QUICK_SWEEP
-    points: tuple[tuple[str, int], ...] = (FIG3_MEDIUM, ("lot", 600), ("pca", 10))
+    points: tuple[tuple[str, int], ...] = (
+        FIG3_MEDIUM,
+        FIG3_MEDIUM_PER_LAYER,
+        ("lot", 600),
+        ("pca", 10),
+    )
     seeds: int = 2
     seed0_results: str | None = None
     level: float = 0.95
@@ -176,7 +208,7 @@ class SeedSpreadConfig:
         if self.fig3.seed != 0:
             raise InvalidParameterError("fig3.seed", "0 (the seed-0 runs)", self.fig3.seed)
         for axis, value in self.points:
-            if axis == FIG3 and not 0 <= value < len(LEVELS):
+            if axis in FIG3_AXES and not 0 <= value < len(LEVELS):
                 raise InvalidParameterError("points", f"fig3 levels in [0, {len(LEVELS)})", value)
 
 
@@ -279,14 +311,74 @@ def seed_fig3(config: SeedSpreadConfig, seed: int) -> MnistConfig:
     return dataclasses.replace(config.fig3, seed=seed)
 
 
+def trainable_layers(config: MnistConfig) -> int:
+    """K, the number of layers of ``config``'s model with trainable parameters (built on the
+    meta device: no weights, no random draws).
+
+    Example:
+        >>> trainable_layers(mnist.PROFILES["full"])
+        2
+    """
+    with torch.device("meta"):
+        model = mnist_core.make_model(config)
+    return sum(
+        1
+        for module in model.modules()
+        if any(p.requires_grad for p in module.parameters(recurse=False))
+    )
+
+
+def per_layer_config(config: MnistConfig, level: int) -> MnistConfig:
+    """``config`` with the per-layer clipping's total bound and noise std at ``level``: flat
+    bound C sqrt(K) and the level's noise multiplier sigma / sqrt(K) (K: :func:`trainable_layers`),
+    so the noise std per coordinate stays sigma C.
+
+    Example:
+        >>> c = per_layer_config(mnist.PROFILES["full"], 1)
+        >>> round(c.max_grad_norm, 4), round(c.noise_multipliers[1], 4), c.noise_multipliers[0]
+        (5.6569, 2.8284, 8.0)
+        >>> round(c.max_grad_norm * c.noise_multipliers[1], 9)
+        16.0
+    """
+    root = math.sqrt(trainable_layers(config))
+    noise = list(config.noise_multipliers)
+    noise[level] = noise[level] / root
+    return dataclasses.replace(
+        config, max_grad_norm=config.max_grad_norm * root, noise_multipliers=tuple(noise)
+    )
+
+
+def fig3_config(config: SeedSpreadConfig, axis: str, value: int, seed: int) -> MnistConfig:
+    """The MNIST config of a Fig. 3 point (axis ``fig3`` or ``fig3_per_layer``) at ``seed``."""
+    level = seed_fig3(config, seed)
+    return per_layer_config(level, value) if axis == FIG3_PER_LAYER else level
+
+
+def clipping(config: SeedSpreadConfig, axis: str, value: int) -> dict[str, Any] | None:
+    """A Fig. 3 point's clipping and noise (None for a sweep point): the model's trainable
+    layers, the flat bound, the noise multiplier, the noise std per coordinate, and (with the
+    per-layer bound) the paper's bound per layer."""
+    if axis not in FIG3_AXES:
+        return None
+    point = fig3_config(config, axis, value, 0)
+    sigma = point.noise_multipliers[value]
+    return {
+        "trainable_layers": trainable_layers(point),
+        "max_grad_norm": point.max_grad_norm,
+        "noise_multiplier": sigma,
+        "noise_std": sigma * point.max_grad_norm,
+        "per_layer_bound": config.fig3.max_grad_norm if axis == FIG3_PER_LAYER else None,
+    }
+
+
 def run_spec(
     config: SeedSpreadConfig, axis: str, value: int, seed: int, n: int
 ) -> tuple[MnistConfig, RunSpec]:
     """The MNIST config and run of one point at one seed: the sweep's point (:func:`~reproductions.
     abadi2016.sweeps.point_spec`) or a Fig. 3 level (:func:`~reproductions.abadi2016.mnist.
-    level_specs`), at ``seed``."""
-    if axis == FIG3:
-        level = seed_fig3(config, seed)
+    level_specs`; with the per-layer bound: :func:`per_layer_config`), at ``seed``."""
+    if axis in FIG3_AXES:
+        level = fig3_config(config, axis, value, seed)
         return level, mnist.level_specs(level, n)[value]
     sweep = seed_sweep(config, seed)
     point = sweeps.point_config(sweep, axis, value)
@@ -295,7 +387,9 @@ def run_spec(
 
 def run_name(config: SeedSpreadConfig, axis: str, value: int) -> str:
     """The name of a point's runs (a sweep model's :func:`~reproductions.abadi2016.sweeps.
-    run_name`, a Fig. 3 level's name)."""
+    run_name`, a Fig. 3 level's name, ``"<level>, per-layer bound"`` with that bound)."""
+    if axis == FIG3_PER_LAYER:
+        return f"{LEVELS[value]}, {PER_LAYER}"
     if axis == FIG3:
         return LEVELS[value]
     return sweeps.run_name(sweeps.point_config(config.sweep, axis, value))
@@ -403,8 +497,9 @@ def fan_out(
     jobs: list[PointJob | LevelJob] = []
     for axis, value, seed in seeds_to_train(config, seed0_here):
         note_commit(config, axis, value, seed, store=store, n=n, code=fingerprint)
-        if axis == FIG3:
-            jobs.append(LevelJob(seed_fig3(config, seed), value, str(store), fingerprint, deadline))
+        if axis in FIG3_AXES:
+            point = fig3_config(config, axis, value, seed)
+            jobs.append(LevelJob(point, value, str(store), fingerprint, deadline))
         else:
             sweep = seed_sweep(config, seed)
             jobs.append(PointJob(sweep, axis, value, str(store), fingerprint, deadline))
@@ -484,6 +579,8 @@ def seed0_from_results(
     sweep = _seed0_source(config, output)
     found: dict[tuple[str, int], dict[str, Any]] = {}
     for axis, value in config.points:
+        if axis == FIG3_PER_LAYER:  # no saved seed-0 run: every seed is trained here
+            continue
         if axis == FIG3:
             data = _fig3_seed0_source(config, output, value, n)
             if data is None:
@@ -494,11 +591,20 @@ def seed0_from_results(
                 item["test_accuracy"],
                 config.fig3_seed0_results,
             )
+            epsilon = (
+                (item.get("epsilon_training_only") or {}).get("moments"),
+                (item.get("epsilon_with_pca") or {}).get("moments"),
+            )
         elif sweep is not None:
             data, stem = sweep, config.seed0_results
             row = _seed0_row(sweep, axis, value)
             epochs = None if row is None else row["epochs"]
             accuracy = None if row is None else row["test_accuracy"]
+            epsilon = (
+                (None, None)
+                if row is None
+                else (row.get("epsilon_moments"), row.get("epsilon_moments_with_pca"))
+            )
         else:
             continue
         found[(axis, value)] = {
@@ -509,6 +615,8 @@ def seed0_from_results(
             "done": accuracy is not None,
             "epochs": epochs,
             "test_accuracy": accuracy,
+            "epsilon_moments": epsilon[0],
+            "epsilon_moments_with_pca": epsilon[1],
             "source": f"figures/{stem}.json",
             "code_fingerprint": data.get("code_fingerprint"),
             TRAINED_BY: None if data.get("commit") is None else [data["commit"]],
@@ -539,6 +647,10 @@ def collect(
                     "done": state.done,
                     "epochs": last.get("epoch"),
                     "test_accuracy": last.get("test_accuracy") if state.done else None,
+                    "epsilon_moments": last.get("epsilon_moments") if state.done else None,
+                    "epsilon_moments_with_pca": (
+                        last.get("epsilon_moments_with_pca") if state.done else None
+                    ),
                     "source": "run store",
                     "code_fingerprint": fingerprint,
                     TRAINED_BY: state.extra.get(TRAINED_BY),
@@ -549,9 +661,10 @@ def collect(
 
 def paper_values(config: SeedSpreadConfig, axis: str, value: int) -> dict[str, float]:
     """The paper's values of the run of (axis, value): a Fig. 3 level's accuracy (§5.2) under
-    its :func:`point_key`; for a sweep point the Fig. 5 readings of its model, ``"axis=value"``
-    -> accuracy, every axis whose point is that model (the reference point is on all three)."""
-    if axis == FIG3:
+    its :func:`point_key` (with the per-layer bound too); for a sweep point the Fig. 5 readings
+    of its model, ``"axis=value"`` -> accuracy, every axis whose point is that model (the
+    reference point is on all three)."""
+    if axis in FIG3_AXES:
         return {point_key(axis, value): config.fig3.paper_accuracy[value]}
     name = sweeps.run_name(sweeps.point_config(config.sweep, axis, value))
     found = {}
@@ -563,7 +676,9 @@ def paper_values(config: SeedSpreadConfig, axis: str, value: int) -> dict[str, f
 
 
 def summarise(config: SeedSpreadConfig, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per point: accuracies by seed, the intervals, and each paper value's comparison."""
+    """Per point: accuracies by seed, the intervals, each paper value's comparison, each run's
+    epsilon at the end (moments accountant, training alone and with the projection) and a Fig.
+    3 point's clipping (:func:`clipping`)."""
     points: dict[str, Any] = {}
     comparisons: list[dict[str, Any]] = []
     for axis, value in config.points:
@@ -574,6 +689,15 @@ def summarise(config: SeedSpreadConfig, rows: list[dict[str, Any]]) -> dict[str,
         entry: dict[str, Any] = {
             "run": mine[0]["run"],
             "accuracy_by_seed": {str(seed): done[seed] for seed in sorted(done)},
+            "epsilon_moments_by_seed": {
+                str(row["seed"]): {
+                    "training_only": row.get("epsilon_moments"),
+                    "with_pca": row.get("epsilon_moments_with_pca"),
+                }
+                for row in sorted(mine, key=lambda row: row["seed"])
+                if row["done"]
+            },
+            "clipping": clipping(config, axis, value),
             "seeds_planned": config.seeds + 1,
             "complete": len(done) == config.seeds + 1,
             **summary,

@@ -21,7 +21,13 @@ from dpcore.runs import parse_executor
 from reproductions import scoreboard
 from reproductions.abadi2016 import mnist, mnist_core, seed_spread, sweeps
 from reproductions.abadi2016.mnist_core import MnistConfig
-from reproductions.abadi2016.seed_spread import FIG3, FIG3_MEDIUM, SeedSpreadConfig
+from reproductions.abadi2016.seed_spread import (
+    FIG3,
+    FIG3_AXES,
+    FIG3_MEDIUM,
+    FIG3_MEDIUM_PER_LAYER,
+    SeedSpreadConfig,
+)
 from reproductions.abadi2016.sweeps import SweepConfig
 from reproductions.harness import Output
 
@@ -36,7 +42,7 @@ TINY = SeedSpreadConfig(
         profile="test", pca_components=10, hidden_units=8, lot_size=20, epochs=(1, 1, 1)
     ),
 )
-SWEEP_POINTS = [point for point in seed_spread.POINTS if point[0] != FIG3]
+SWEEP_POINTS = [point for point in seed_spread.POINTS if point[0] not in FIG3_AXES]
 
 
 def _fake_mnist(split: str) -> tuple[np.ndarray, np.ndarray]:
@@ -170,11 +176,18 @@ def test_fanned_out_jobs_are_the_sweeps_and_the_mnist_scripts_jobs_at_each_seed(
     seed_spread.fan_out(config, executor, store=tmp_path, fingerprint="f" * 16, seed0_here=())
     levels = [job for job in submitted if isinstance(job, mnist.LevelJob)]
     points = [job for job in submitted if isinstance(job, sweeps.PointJob)]
-    assert submitted[:4] == levels  # the Fig. 3 level first
-    assert [(job.level, job.config.seed) for job in levels] == [(1, seed) for seed in range(1, 5)]
+    assert submitted[:8] == levels  # the Fig. 3 levels first: flat, then the per-layer bound
+    assert [(job.level, job.config.seed) for job in levels] == 2 * [(1, s) for s in range(1, 5)]
     assert all(
         job.config == dataclasses.replace(mnist.PROFILES["full"], seed=job.config.seed)
-        for job in levels
+        for job in levels[:4]
+    )
+    assert all(
+        job.config
+        == seed_spread.per_layer_config(
+            dataclasses.replace(mnist.PROFILES["full"], seed=job.config.seed), 1
+        )
+        for job in levels[4:]
     )
     assert [(job.axis, job.value, job.config.seed) for job in points] == [
         (axis, value, seed) for axis, value in SWEEP_POINTS for seed in range(1, 5)
@@ -193,7 +206,8 @@ def test_the_full_study_takes_seed_0_from_the_committed_results() -> None:
         row = seed_spread._seed0_row(source, axis, value)
         assert row is not None and row["test_accuracy"] is not None
     read = seed_spread.seed0_from_results(config, Output(), 60_000)
-    assert set(read) == set(config.points)
+    # every point but the per-layer bound's, whose seed 0 is trained by the study
+    assert set(read) == set(config.points) - {FIG3_MEDIUM_PER_LAYER}
     medium = Output().load_results("abadi2016_mnist_full")
     row = read[FIG3_MEDIUM]
     assert row["test_accuracy"] == medium["summary"]["medium"]["test_accuracy"]
@@ -234,8 +248,8 @@ def test_quick_profile_is_tiny() -> None:
         seed_spread.run_spec(config, axis, value, 0, 60_000)[1].steps * (config.seeds + 1)
         for axis, value in config.points
     )
-    assert FIG3_MEDIUM in config.points
-    assert steps <= 1_000 and config.seed0_results is None and config.fig3_seed0_results is None
+    assert FIG3_MEDIUM in config.points and FIG3_MEDIUM_PER_LAYER in config.points
+    assert steps <= 1_200 and config.seed0_results is None and config.fig3_seed0_results is None
 
 
 # ----------------------------------------------------------------------------- end to end
