@@ -875,8 +875,9 @@ def table(data: dict[str, Any]) -> str:
         ),
         "",
         "| model | paper's reading | accuracy by seed | n | mean | sd | mean interval "
-        "| prediction interval | paper | within prediction | Holm p |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| prediction interval | paper | within prediction | Holm p "
+        "| eps at the end, moments: train / +PCA |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for entry in data["points"].values():
         seeds = ", ".join(f"{s}: {a:.4f}" for s, a in entry["accuracy_by_seed"].items()) or "-"
@@ -886,12 +887,30 @@ def table(data: dict[str, Any]) -> str:
             "-" if span is None else f"[{span[0]:.4f}, {span[1]:.4f}]"
             for span in (mean_interval, prediction)
         ]
+        epsilon = _epsilon_cell(entry.get("epsilon_moments_by_seed") or {})
         for label, item in entry["comparisons"].items():
             within = item["within_prediction"]
             lines.append(
                 f"| {entry['run']} | {label} | {seeds} | {entry['n']} of {entry['seeds_planned']} "
                 f"| {_fmt(entry['mean'])} | {_fmt(entry['sd'])} | {spans[0]} | {spans[1]} "
                 f"| {item['paper']:.3f} | {'-' if within is None else 'yes' if within else 'no'} "
-                f"| {_fmt(item.get('p_value_holm'), 3)} |"
+                f"| {_fmt(item.get('p_value_holm'), 3)} | {epsilon} |"
             )
     return "\n".join(lines)
+
+
+def _epsilon_cell(by_seed: dict[str, dict[str, float | None]]) -> str:
+    """The runs' end epsilons (training / with PCA), the range over seeds where they differ."""
+    cells = []
+    for key in ("training_only", "with_pca"):
+        found = sorted(
+            {round(v, 2) for item in by_seed.values() if (v := item.get(key)) is not None}
+        )
+        cells.append(
+            "-"
+            if not found
+            else f"{found[0]:.2f}"
+            if len(found) == 1
+            else f"{found[0]:.2f}-{found[-1]:.2f}"
+        )
+    return " / ".join(cells)

@@ -36,7 +36,7 @@ TINY = SeedSpreadConfig(
     sweep=SweepConfig(
         profile="test", reference_pca=10, reference_hidden=8, reference_lot=20, epochs=1
     ),
-    points=(FIG3_MEDIUM, ("pca", 10), ("lot", 10)),
+    points=(FIG3_MEDIUM, FIG3_MEDIUM_PER_LAYER, ("pca", 10), ("lot", 10)),
     seeds=2,
     fig3=MnistConfig(
         profile="test", pca_components=10, hidden_units=8, lot_size=20, epochs=(1, 1, 1)
@@ -166,6 +166,42 @@ def test_the_fig3_medium_run_is_the_mnist_scripts_with_only_the_seed_changed() -
         assert mine[("config", "seed")] == seed and mine[("run", "seed")] == seed + 1000
 
 
+def test_the_per_layer_bound_run_differs_from_the_flat_medium_run_in_bound_and_noise() -> None:
+    config = seed_spread.PROFILES["full"]
+    assert seed_spread.POINTS[:2] == (FIG3_MEDIUM, FIG3_MEDIUM_PER_LAYER)
+    assert seed_spread.trainable_layers(config.fig3) == 2  # 60 -> 1,000 -> 10
+    flat_keys, per_layer_keys = set(), set()
+    for seed in range(5):
+        flat = _flat(seed_spread.run_key(config, *FIG3_MEDIUM, seed, 60_000))
+        mine = _flat(seed_spread.run_key(config, *FIG3_MEDIUM_PER_LAYER, seed, 60_000))
+        assert mine.keys() == flat.keys()
+        changed = {key for key in mine if mine[key] != flat[key]}
+        assert changed == {("config", "max_grad_norm"), ("run", "noise_multiplier")}
+        bound, sigma = mine[("config", "max_grad_norm")], mine[("run", "noise_multiplier")]
+        assert bound == pytest.approx(flat[("config", "max_grad_norm")] * math.sqrt(2))
+        assert sigma == pytest.approx(flat[("run", "noise_multiplier")] / math.sqrt(2))
+        # the same noise std per coordinate
+        assert bound * sigma == pytest.approx(
+            flat[("config", "max_grad_norm")] * flat[("run", "noise_multiplier")]
+        )
+        flat_keys.add(str(sorted(flat.items())))
+        per_layer_keys.add(str(sorted(mine.items())))
+    assert len(per_layer_keys) == 5 and not flat_keys & per_layer_keys
+
+
+def test_the_per_layer_bound_counts_the_layers_with_trainable_parameters() -> None:
+    narrow = dataclasses.replace(mnist.PROFILES["full"], hidden_units=8)
+    assert seed_spread.trainable_layers(narrow) == 2
+    config = seed_spread.per_layer_config(narrow, 0)
+    assert config.max_grad_norm == pytest.approx(narrow.max_grad_norm * math.sqrt(2))
+    assert config.noise_multipliers[0] == pytest.approx(narrow.noise_multipliers[0] / math.sqrt(2))
+    assert config.noise_multipliers[1:] == narrow.noise_multipliers[1:]
+    clipping = seed_spread.clipping(seed_spread.PROFILES["full"], *FIG3_MEDIUM_PER_LAYER)
+    assert clipping is not None and clipping["per_layer_bound"] == narrow.max_grad_norm
+    assert clipping["noise_std"] == pytest.approx(4.0 * 4.0)
+    assert seed_spread.clipping(seed_spread.PROFILES["full"], "lot", 600) is None
+
+
 def test_fanned_out_jobs_are_the_sweeps_and_the_mnist_scripts_jobs_at_each_seed(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -272,7 +308,7 @@ def test_quick_study_end_to_end_through_the_run_store(
     assert first["resume"].endswith(f"--runs-code {first['code_fingerprint']}")
     pca = first["points"]["pca=10"]
     assert pca["complete"] and pca["n"] == 3
-    assert pca["accuracy_by_seed"] == {str(row["seed"]): row["test_accuracy"] for row in rows[3:6]}
+    assert pca["accuracy_by_seed"] == {str(row["seed"]): row["test_accuracy"] for row in rows[6:9]}
     comparison = pca["comparisons"]["pca=10"]
     assert comparison["paper"] == 0.94 and isinstance(comparison["within_prediction"], bool)
     assert "p_value_holm" in comparison
@@ -283,11 +319,26 @@ def test_quick_study_end_to_end_through_the_run_store(
     assert medium["run"] == "medium" and medium["complete"]
     assert list(medium["comparisons"]) == ["fig3=medium"]
     assert medium["comparisons"]["fig3=medium"]["paper"] == 0.95
+    per_layer = first["points"]["fig3=medium, per-layer bound"]
+    assert per_layer["run"] == "medium, per-layer bound" and per_layer["complete"]
+    assert list(per_layer["comparisons"]) == ["fig3=medium, per-layer bound"]
+    assert per_layer["clipping"]["max_grad_norm"] == pytest.approx(4.0 * math.sqrt(2))
+    assert medium["clipping"]["max_grad_norm"] == 4.0
+    for seed in map(str, range(3)):  # the same steps at a smaller multiplier spend more
+        flat_eps = medium["epsilon_moments_by_seed"][seed]
+        per_layer_eps = per_layer["epsilon_moments_by_seed"][seed]
+        assert 0 < flat_eps["training_only"] < flat_eps["with_pca"]
+        assert flat_eps["training_only"] < per_layer_eps["training_only"]
+        assert flat_eps["with_pca"] < per_layer_eps["with_pca"]
     holm = [c for p in first["points"].values() for c in p["comparisons"].values()]
-    assert len(holm) == 2 and all("p_value_holm" in c for c in holm)
+    assert len(holm) == 3 and all("p_value_holm" in c for c in holm)
     assert (tmp_path / "log").read_text().count("done dp_pca10_h8_l") == 6
-    assert (tmp_path / "log").read_text().count("done medium seed") == 3
-    assert (output.figures / "abadi2016_seed_spread.md").read_text().startswith("Seed spread")
+    assert (tmp_path / "log").read_text().count("done medium seed") == 6
+    md = (output.figures / "abadi2016_seed_spread.md").read_text()
+    assert md.startswith("Seed spread")
+    end = per_layer["epsilon_moments_by_seed"]["0"]
+    (line,) = [line for line in md.splitlines() if line.startswith("| medium, per-layer bound |")]
+    assert line.endswith(f"| {end['training_only']:.2f} / {end['with_pca']:.2f} |")
     # Done runs are read back (their checkpoint loaded), never trained again.
     run_training = mnist_core.run_training
 
@@ -314,12 +365,12 @@ class _Inline:
 
 
 def test_fanned_out_runs_give_the_in_process_rows(tmp_path: Path, generated_data: None) -> None:
-    config = dataclasses.replace(TINY, points=(FIG3_MEDIUM, ("pca", 10)))
+    config = dataclasses.replace(TINY, points=(FIG3_MEDIUM, FIG3_MEDIUM_PER_LAYER, ("pca", 10)))
     here, spread_out = Output.under(tmp_path / "here"), Output.under(tmp_path / "spread")
     seed_spread.compute(config=config, output=here)
     inline = _Inline()
     seed_spread.compute(config=config, output=spread_out, executor=inline)
-    assert inline.calls == 6  # seeds 0, 1, 2 of each (no results to take seed 0 from)
+    assert inline.calls == 9  # seeds 0, 1, 2 of each (no results to take seed 0 from)
     ours = here.load_results("abadi2016_seed_spread")
     theirs = spread_out.load_results("abadi2016_seed_spread")
     assert ours["rows"] == theirs["rows"] and ours["points"] == theirs["points"]
@@ -349,7 +400,7 @@ def test_a_stopped_study_saves_what_is_done(tmp_path: Path, generated_data: None
     output = Output.under(tmp_path)
     seed_spread.compute(config=TINY, output=output, deadline=0.0)
     saved = output.load_results("abadi2016_seed_spread")
-    assert saved["runs_left"] == 9 and not any(row["done"] for row in saved["rows"])
+    assert saved["runs_left"] == 12 and not any(row["done"] for row in saved["rows"])
     assert saved["points"]["pca=10"]["sd"] is None
     stopped = saved["points"]["pca=10"]["comparisons"]["pca=10"]
     assert stopped["within_prediction"] is None
@@ -374,7 +425,11 @@ def _fake_sweep(output: Output, ours: dict[tuple[str, int], float]) -> None:
     )
 
 
-def _fake_study(output: Output, accuracies: dict[tuple[str, int], list[float | None]]) -> None:
+def _fake_study(
+    output: Output,
+    accuracies: dict[tuple[str, int], list[float | None]],
+    epsilon: dict[tuple[str, int], float] | None = None,
+) -> None:
     config = seed_spread.PROFILES["full"]
     rows = [
         {
@@ -384,6 +439,7 @@ def _fake_study(output: Output, accuracies: dict[tuple[str, int], list[float | N
             "seed": seed,
             "done": accuracy is not None,
             "test_accuracy": accuracy,
+            "epsilon_moments_with_pca": (epsilon or {}).get((axis, value)),
         }
         for (axis, value), by_seed in accuracies.items()
         for seed, accuracy in enumerate(by_seed)
@@ -509,3 +565,61 @@ def test_scoreboard_fig3_medium_row_from_the_seed_study(
         assert "over the study's 2 comparisons" in verdict
     study = output.load_results("abadi2016_seed_spread_full")
     assert study["points"]["fig3=medium"]["comparisons"]["fig3=medium"]["paper"] == 0.95
+
+
+@pytest.mark.parametrize(
+    ("flat", "per_layer", "expected"),
+    [
+        (
+            [0.9399, 0.941, 0.938, 0.940, 0.939],
+            [0.9436, 0.9498, 0.9470, 0.9456, 0.9493],
+            "differs (explained: the paper clips each of its 2 layers at 4 (total bound "
+            "4*sqrt(2), same noise std 16); ours clips flat at 4 (mean ",
+        ),
+        (  # the per-layer bound's interval misses the paper's value too
+            [0.9399, 0.941, 0.938, 0.940, 0.939],
+            [0.9436, 0.9398, 0.9410, 0.9406, 0.9413],
+            "differs (unexplained): beyond the seed spread",
+        ),
+        (  # the per-layer bound's runs are not all done
+            [0.9399, 0.941, 0.938, 0.940, 0.939],
+            [0.9436, 0.9498, None, None, None],
+            "differs (unexplained): beyond the seed spread",
+        ),
+        (  # the flat runs' spread explains it already
+            [0.9399, 0.945, 0.952, 0.941, 0.948],
+            [0.9436, 0.9498, 0.9470, 0.9456, 0.9493],
+            "differs (explained: seed spread:",
+        ),
+    ],
+)
+def test_scoreboard_fig3_medium_row_explained_by_the_per_layer_bound(
+    tmp_path: Path, flat: list[float | None], per_layer: list[float | None], expected: str
+) -> None:
+    output = Output.under(tmp_path)
+    _fake_mnist_full(output, 0.9399)
+    _fake_study(
+        output,
+        {FIG3_MEDIUM: flat, FIG3_MEDIUM_PER_LAYER: per_layer},
+        {FIG3_MEDIUM: 1.5, FIG3_MEDIUM_PER_LAYER: 2.25},
+    )
+    verdict = _medium_verdict(output)
+    assert verdict.startswith(expected)
+    if "clips" not in expected:
+        return
+    points = output.load_results("abadi2016_seed_spread_full")["points"]
+    for key in ("fig3=medium", "fig3=medium, per-layer bound"):
+        entry = points[key]
+        low, high = entry["prediction"]
+        assert (
+            f"mean {entry['mean']:.4f} ± {entry['sd']:.4f} (sd), 95 % prediction interval "
+            f"[{low:.4f}, {high:.4f}], n = 5" in verdict
+        )
+    assert points["fig3=medium, per-layer bound"]["comparisons"]["fig3=medium, per-layer bound"][
+        "within_prediction"
+    ]
+    assert "(flat 4*sqrt(2), multiplier 4/sqrt(2))" in verdict
+    assert (
+        "moments epsilon with PCA 2.25 against the flat runs' 1.50; the paper states 2" in verdict
+    )
+    assert verdict.endswith("figures/abadi2016_seed_spread_full.json)")
