@@ -323,11 +323,11 @@ def _per_layer_bound(study: dict[str, Any] | None, key: str, paper_epsilon: floa
     return (
         f"the paper clips each of its {k} layers at {bound:g} (total bound {bound:g}*sqrt({k}), "
         f"same noise std {clip['noise_std']:g}); ours clips flat at {ours['max_grad_norm']:g} "
-        f"({spread(flat)}); with the paper's total bound and noise std (flat "
-        f"{bound:g}*sqrt({k}), multiplier {sigma:g}/sqrt({k})) the {spread(per_layer)}, and the "
-        f"paper's value is inside the prediction interval (moments epsilon with PCA "
-        f"{epsilon(per_layer)} against the flat runs' {epsilon(flat)}; the paper states "
-        f"{paper_epsilon:g}); figures/{SEED_SPREAD}.json"
+        f"({spread(flat)}, the paper's value outside it); with the paper's total bound and "
+        f"noise std (flat {bound:g}*sqrt({k}), multiplier {sigma:g}/sqrt({k})) the "
+        f"{spread(per_layer)}, and the paper's value is inside the prediction interval "
+        f"(moments epsilon with PCA {epsilon(per_layer)} against the flat runs' "
+        f"{epsilon(flat)}; the paper states {paper_epsilon:g}); figures/{SEED_SPREAD}.json"
     )
 
 
