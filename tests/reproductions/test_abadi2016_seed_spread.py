@@ -605,6 +605,15 @@ def test_scoreboard_fig3_medium_row_explained_by_the_per_layer_bound(
     )
     verdict = _medium_verdict(output)
     assert verdict.startswith(expected)
+    closer = "closer, the paper's value still outside it (Holm-adjusted p = "
+    complete = None not in per_layer and "beyond" in expected
+    assert (closer in verdict) == complete  # the per-layer point's outcome, once it is complete
+    if complete:
+        points = output.load_results("abadi2016_seed_spread_full")["points"]
+        entry = points["fig3=medium, per-layer bound"]
+        low, high = entry["prediction"]
+        assert f"interval [{low:.4f}, {high:.4f}], n = 5: {closer}" in verdict
+        assert "(flat 4*sqrt(2), multiplier 4/sqrt(2), noise std 16)" in verdict
     if "clips" not in expected:
         return
     points = output.load_results("abadi2016_seed_spread_full")["points"]
