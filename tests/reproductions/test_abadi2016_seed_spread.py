@@ -497,6 +497,7 @@ def test_scoreboard_verdicts_from_the_seed_study(tmp_path: Path) -> None:
         "prediction interval of one run over 5 seeds, mean 0.8986 ± 0.0011 (sd)"
     )
     assert "over the study's 6 comparisons (significant at the family level)" in outside
+    assert "the paper's value is a plot reading (about ±0.003)" in outside  # Fig. 5
     incomplete = verdicts["random projection dimension = 60 (eps = 2)"]
     assert incomplete.startswith("differs (unexplained): seed study incomplete (2 of 5 seeds")
     assert verdicts["lot size = 300 (eps = 2)"] == "differs (unexplained)"
@@ -563,6 +564,7 @@ def test_scoreboard_fig3_medium_row_from_the_seed_study(
         assert verdict == expected
     if "beyond" in expected:
         assert "over the study's 2 comparisons" in verdict
+        assert "the paper's value is printed in the text (Sec. 5.2)" in verdict  # Fig. 3
     study = output.load_results("abadi2016_seed_spread_full")
     assert study["points"]["fig3=medium"]["comparisons"]["fig3=medium"]["paper"] == 0.95
 
