@@ -36,6 +36,18 @@ comparison with the paper joins the Holm family. Each point records every run's 
 end (moments accountant, training alone and with the DP-PCA): the per-layer bound's smaller
 multiplier spends more privacy over the same steps.
 
+The Fig. 5 points still beyond their flat seed spread -- the reference point (lot 600, DP-PCA 60,
+1,000 hidden: the "hidden units = 1000" and "lot size = 600" rows), PCA 10 and the random
+projection 60 -- have a per-layer-bound point each, after the others (axes ``lot_per_layer``,
+``pca_per_layer``, ``random_per_layer``: :func:`per_layer_axis`; keys ``"lot=600, per-layer
+bound"``...): the sweep point's own run spec with bound C sqrt(K) and multiplier sigma / sqrt(K)
+(:func:`sweep_point`) for the flat point's steps -- the paper's schedule, which the budget gives
+at sigma, not recomputed at the smaller multiplier -- so its epsilon at the end exceeds the
+sweep's 2. K = 2 for all three (input -> hidden -> 10; the random projection, like the DP-PCA,
+is a fixed map applied to the inputs, not a trainable layer). All their seeds, 0 included, are
+trained here, their comparisons (the flat point's readings, each named with ``", per-layer bound"``)
+join the Holm family, and the flat points' run keys are unchanged.
+
 Which code trained each run: the run store keys a run by its spec and the runs' code
 fingerprint, which the full profile pins (``--runs-code``, so finished runs stay readable after
 code changes); runs trained later under the pin are trained by the code of the day (e.g. the
@@ -111,20 +123,49 @@ STEM = "abadi2016_seed_spread"
 FIG3 = "fig3"
 #: Fig. 3's medium noise level (13,000 steps).
 FIG3_MEDIUM = (FIG3, LEVELS.index("medium"))
+#: How an axis trained with the per-layer clipping's total bound and noise std
+#: (:func:`per_layer_config`) is named: the flat axis with this suffix (:func:`per_layer_axis`).
+PER_LAYER_SUFFIX = "_per_layer"
 #: The axis of Fig. 3's noise levels trained with the per-layer clipping's total bound and noise
 #: std (:func:`per_layer_config`; value: the index into :data:`~reproductions.abadi2016.mnist.
 #: LEVELS`).
-FIG3_PER_LAYER = "fig3_per_layer"
+FIG3_PER_LAYER = FIG3 + PER_LAYER_SUFFIX
 #: The axes whose points are Fig. 3 levels.
 FIG3_AXES = (FIG3, FIG3_PER_LAYER)
+#: The flat axes of the study's points: Fig. 3's levels and the sweep's axes.
+AXES = (FIG3, *sweeps.AXES, "random")
 #: Fig. 3's medium noise level with the per-layer clipping's total bound and noise std.
 FIG3_MEDIUM_PER_LAYER = (FIG3_PER_LAYER, LEVELS.index("medium"))
-#: How the per-layer bound's points are named (after the level).
+#: How the per-layer bound's points are named (after the level or the flat point's key).
 PER_LAYER = "per-layer bound"
+
+
+def per_layer_axis(axis: str) -> str:
+    """The axis of ``axis``'s points trained with the per-layer clipping's total bound.
+
+    Example:
+        >>> per_layer_axis("lot"), per_layer_axis(FIG3) == FIG3_PER_LAYER
+        ('lot_per_layer', True)
+    """
+    return axis + PER_LAYER_SUFFIX
+
+
+def flat_axis(axis: str) -> str | None:
+    """The flat axis of a per-layer-bound axis (None for a flat axis).
+
+    Example:
+        >>> flat_axis("random_per_layer"), flat_axis(FIG3_PER_LAYER), flat_axis("random")
+        ('random', 'fig3', None)
+    """
+    return axis.removesuffix(PER_LAYER_SUFFIX) if axis.endswith(PER_LAYER_SUFFIX) else None
+
+
 #: The runs whose seed-0 run differed unexplained (the Fig. 5 reference point is both the
 #: "hidden units = 1000" and the "lot size = 600" row), cheapest first: Fig. 3's medium level
 #: (13,000 steps) flat and with the per-layer bound, then the sweep points by the seed-0 runs'
-#: training time in ``figures/abadi2016_sweeps_full.json`` (476 s, 502 s, 589 s, 1,719 s).
+#: training time in ``figures/abadi2016_sweeps_full.json`` (476 s, 502 s, 589 s, 1,719 s); then
+#: the per-layer bound of the Fig. 5 points still beyond their flat seed spread, in the same order
+#: (the reference point, PCA 10, the random projection: the flat points' steps).
 POINTS: tuple[tuple[str, int], ...] = (
     FIG3_MEDIUM,
     FIG3_MEDIUM_PER_LAYER,
@@ -132,6 +173,9 @@ POINTS: tuple[tuple[str, int], ...] = (
     ("pca", 10),
     ("random", 60),
     ("lot", 300),
+    (per_layer_axis("lot"), 600),
+    (per_layer_axis("pca"), 10),
+    (per_layer_axis("random"), 60),
 )
 
 
@@ -153,14 +197,17 @@ QUICK_FIG3 = dataclasses.replace(mnist.PROFILES["quick"], epochs=(1, 1, 1))
 
 def point_key(axis: str, value: int) -> str:
     """A point's name in the results: ``"<axis>=<value>"``, a Fig. 3 level by its name (with the
-    per-layer bound: ``"fig3=<level>, per-layer bound"``).
+    per-layer bound: the flat point's name and ``", per-layer bound"``).
 
     Example:
         >>> point_key("lot", 600), point_key(*FIG3_MEDIUM), point_key(*FIG3_MEDIUM_PER_LAYER)
         ('lot=600', 'fig3=medium', 'fig3=medium, per-layer bound')
+        >>> point_key(per_layer_axis("lot"), 600)
+        'lot=600, per-layer bound'
     """
-    if axis == FIG3_PER_LAYER:
-        return f"{FIG3}={LEVELS[value]}, {PER_LAYER}"
+    flat = flat_axis(axis)
+    if flat is not None:
+        return f"{point_key(flat, value)}, {PER_LAYER}"
     return f"{axis}={LEVELS[value] if axis == FIG3 else value}"
 
 
@@ -189,6 +236,9 @@ class SeedSpreadConfig:
         FIG3_MEDIUM_PER_LAYER,
         ("lot", 600),
         ("pca", 10),
+        (per_layer_axis("lot"), 600),
+        (per_layer_axis("pca"), 10),
+        (per_layer_axis("random"), 60),
     )
     seeds: int = 2
     seed0_results: str | None = None
@@ -208,6 +258,8 @@ class SeedSpreadConfig:
         if self.fig3.seed != 0:
             raise InvalidParameterError("fig3.seed", "0 (the seed-0 runs)", self.fig3.seed)
         for axis, value in self.points:
+            if (flat_axis(axis) or axis) not in AXES:
+                raise InvalidParameterError("points", f"axes in {AXES} (or {PER_LAYER})", axis)
             if axis in FIG3_AXES and not 0 <= value < len(LEVELS):
                 raise InvalidParameterError("points", f"fig3 levels in [0, {len(LEVELS)})", value)
 
@@ -313,10 +365,13 @@ def seed_fig3(config: SeedSpreadConfig, seed: int) -> MnistConfig:
 
 def trainable_layers(config: MnistConfig) -> int:
     """K, the number of layers of ``config``'s model with trainable parameters (built on the
-    meta device: no weights, no random draws).
+    meta device: no weights, no random draws). A projection (DP-PCA or random) is applied to
+    the inputs before the model, fixed during training: it is not one of them.
 
     Example:
         >>> trainable_layers(mnist.PROFILES["full"])
+        2
+        >>> trainable_layers(sweeps.point_config(sweeps.PROFILES["full"], "random", 60))
         2
     """
     with torch.device("meta"):
@@ -354,42 +409,64 @@ def fig3_config(config: SeedSpreadConfig, axis: str, value: int, seed: int) -> M
     return per_layer_config(level, value) if axis == FIG3_PER_LAYER else level
 
 
-def clipping(config: SeedSpreadConfig, axis: str, value: int) -> dict[str, Any] | None:
-    """A Fig. 3 point's clipping and noise (None for a sweep point): the model's trainable
-    layers, the flat bound, the noise multiplier, the noise std per coordinate, and (with the
-    per-layer bound) the paper's bound per layer."""
-    if axis not in FIG3_AXES:
-        return None
-    point = fig3_config(config, axis, value, 0)
-    sigma = point.noise_multipliers[value]
+def sweep_point(sweep: SweepConfig, axis: str, value: int, n: int) -> tuple[MnistConfig, RunSpec]:
+    """The MNIST config and run of a sweep point (``axis`` flat or with the per-layer bound):
+    the sweep's own (:func:`~reproductions.abadi2016.sweeps.point_config`, :func:`~reproductions.
+    abadi2016.sweeps.point_spec`); with the per-layer bound its :func:`per_layer_config` (bound
+    C sqrt(K), multiplier sigma / sqrt(K)) for the same steps: the flat point's, the paper's
+    schedule at sigma, not recomputed from the budget at the smaller multiplier.
+
+    Raises:
+        InvalidParameterError: ``axis`` is not a sweep axis (flat or with the bound).
+    """
+    flat = flat_axis(axis)
+    point = sweeps.point_config(sweep, flat or axis, value)
+    spec = sweeps.point_spec(sweep, point, n)
+    if flat is None:
+        return point, spec
+    bounded = per_layer_config(point, 0)
+    return bounded, dataclasses.replace(spec, noise_multiplier=bounded.noise_multipliers[0])
+
+
+def clipping(config: SeedSpreadConfig, axis: str, value: int) -> dict[str, Any]:
+    """A point's clipping and noise: the model's trainable layers, the flat bound, the noise
+    multiplier, the noise std per coordinate, and (with the per-layer bound) the paper's bound
+    per layer (None for a flat point)."""
+    if axis in FIG3_AXES:
+        point = fig3_config(config, axis, value, 0)
+        sigma, bound = point.noise_multipliers[value], config.fig3.max_grad_norm
+    else:
+        flat = sweeps.point_config(config.sweep, flat_axis(axis) or axis, value)
+        point = per_layer_config(flat, 0) if flat_axis(axis) else flat
+        sigma, bound = point.noise_multipliers[0], flat.max_grad_norm
     return {
         "trainable_layers": trainable_layers(point),
         "max_grad_norm": point.max_grad_norm,
         "noise_multiplier": sigma,
         "noise_std": sigma * point.max_grad_norm,
-        "per_layer_bound": config.fig3.max_grad_norm if axis == FIG3_PER_LAYER else None,
+        "per_layer_bound": bound if flat_axis(axis) else None,
     }
 
 
 def run_spec(
     config: SeedSpreadConfig, axis: str, value: int, seed: int, n: int
 ) -> tuple[MnistConfig, RunSpec]:
-    """The MNIST config and run of one point at one seed: the sweep's point (:func:`~reproductions.
-    abadi2016.sweeps.point_spec`) or a Fig. 3 level (:func:`~reproductions.abadi2016.mnist.
+    """The MNIST config and run of one point at one seed: the sweep's point (:func:`sweep_point`,
+    flat or with the per-layer bound) or a Fig. 3 level (:func:`~reproductions.abadi2016.mnist.
     level_specs`; with the per-layer bound: :func:`per_layer_config`), at ``seed``."""
     if axis in FIG3_AXES:
         level = fig3_config(config, axis, value, seed)
         return level, mnist.level_specs(level, n)[value]
-    sweep = seed_sweep(config, seed)
-    point = sweeps.point_config(sweep, axis, value)
-    return point, sweeps.point_spec(sweep, point, n)
+    return sweep_point(seed_sweep(config, seed), axis, value, n)
 
 
 def run_name(config: SeedSpreadConfig, axis: str, value: int) -> str:
     """The name of a point's runs (a sweep model's :func:`~reproductions.abadi2016.sweeps.
-    run_name`, a Fig. 3 level's name, ``"<level>, per-layer bound"`` with that bound)."""
-    if axis == FIG3_PER_LAYER:
-        return f"{LEVELS[value]}, {PER_LAYER}"
+    run_name`, a Fig. 3 level's name; with the per-layer bound that name and
+    ``", per-layer bound"``)."""
+    flat = flat_axis(axis)
+    if flat is not None:
+        return f"{run_name(config, flat, value)}, {PER_LAYER}"
     if axis == FIG3:
         return LEVELS[value]
     return sweeps.run_name(sweeps.point_config(config.sweep, axis, value))
@@ -492,25 +569,50 @@ def fan_out(
     n: int = 60_000,
 ) -> None:
     """Train every run of the study through ``executor`` into ``store`` (:func:`train_job`: the
-    sweep's or the MNIST script's job, its config at each seed); seed 0 as in :func:`train`.
-    ``n`` (the training set's size) locates the runs whose commit is noted first."""
-    jobs: list[PointJob | LevelJob] = []
+    sweep's or the MNIST script's job, its config at each seed; a sweep point with the
+    per-layer bound: :class:`PerLayerPointJob`); seed 0 as in :func:`train`. ``n`` (the training
+    set's size) locates the runs whose commit is noted first."""
+    jobs: list[PointJob | LevelJob | PerLayerPointJob] = []
     for axis, value, seed in seeds_to_train(config, seed0_here):
         note_commit(config, axis, value, seed, store=store, n=n, code=fingerprint)
         if axis in FIG3_AXES:
             point = fig3_config(config, axis, value, seed)
             jobs.append(LevelJob(point, value, str(store), fingerprint, deadline))
+        elif flat_axis(axis) is not None:
+            sweep = seed_sweep(config, seed)
+            jobs.append(PerLayerPointJob(sweep, axis, value, str(store), fingerprint, deadline))
         else:
             sweep = seed_sweep(config, seed)
             jobs.append(PointJob(sweep, axis, value, str(store), fingerprint, deadline))
     run_many(train_job, jobs, executor=executor)
 
 
-def train_job(job: PointJob | LevelJob) -> dict[str, Any]:
-    """Train one run of the study where a worker runs it: a sweep point's or a Fig. 3 level's."""
+@dataclasses.dataclass(frozen=True)
+class PerLayerPointJob:
+    """A sweep point's run with the per-layer bound (:func:`sweep_point`; ``axis`` a per-layer
+    axis), as a picklable spec for :func:`dpcore.runs.run_many`."""
+
+    config: SweepConfig
+    axis: str
+    value: int
+    store: str
+    fingerprint: str
+    deadline: float | None
+
+
+def train_job(job: PointJob | LevelJob | PerLayerPointJob) -> dict[str, Any]:
+    """Train one run of the study where a worker runs it: a sweep point's (flat or with the
+    per-layer bound) or a Fig. 3 level's; its name and whether it is done."""
     if isinstance(job, LevelJob):
         return mnist.train_job(job)
-    return sweeps.train_point(job)
+    if isinstance(job, PointJob):
+        return sweeps.train_point(job)
+    data = mnist_core.load_data()
+    point, spec = sweep_point(job.config, job.axis, job.value, len(data[0]))
+    state, _ = mnist_core.train_private(
+        point, spec, data, store=Path(job.store), fingerprint=job.fingerprint, deadline=job.deadline
+    )
+    return {"run": spec.name, "done": state.done}
 
 
 def _log(path: Path | None, text: str) -> None:
@@ -579,7 +681,7 @@ def seed0_from_results(
     sweep = _seed0_source(config, output)
     found: dict[tuple[str, int], dict[str, Any]] = {}
     for axis, value in config.points:
-        if axis == FIG3_PER_LAYER:  # no saved seed-0 run: every seed is trained here
+        if flat_axis(axis) is not None:  # no saved seed-0 run: every seed is trained here
             continue
         if axis == FIG3:
             data = _fig3_seed0_source(config, output, value, n)
@@ -661,9 +763,13 @@ def collect(
 
 def paper_values(config: SeedSpreadConfig, axis: str, value: int) -> dict[str, float]:
     """The paper's values of the run of (axis, value): a Fig. 3 level's accuracy (§5.2) under
-    its :func:`point_key` (with the per-layer bound too); for a sweep point the Fig. 5 readings
-    of its model, ``"axis=value"`` -> accuracy, every axis whose point is that model (the
-    reference point is on all three)."""
+    its :func:`point_key`; for a sweep point the Fig. 5 readings of its model, ``"axis=value"``
+    -> accuracy, every axis whose point is that model (the reference point is on all three).
+    With the per-layer bound: the flat point's, each name followed by ``", per-layer bound"``."""
+    flat = flat_axis(axis)
+    if flat is not None:
+        found = paper_values(config, flat, value)
+        return {f"{key}, {PER_LAYER}": accuracy for key, accuracy in found.items()}
     if axis in FIG3_AXES:
         return {point_key(axis, value): config.fig3.paper_accuracy[value]}
     name = sweeps.run_name(sweeps.point_config(config.sweep, axis, value))
@@ -872,6 +978,13 @@ def table(data: dict[str, Any]) -> str:
             f" Stopped or in progress: {row['run']} seed {row['seed']} at epoch {row['epochs']:g}."
             for row in data["rows"]
             if not row["done"] and row.get("epochs")
+        )
+        + (
+            f" Points with the {PER_LAYER} (flat bound C sqrt(K), multiplier sigma / sqrt(K)) "
+            "train the flat point's steps: their eps at the end exceeds the flat runs' (a Fig. 5 "
+            f"point's: the sweep's budget {config['sweep']['target_epsilon']:g})."
+            if any(flat_axis(axis) for axis, _ in config["points"])
+            else ""
         ),
         "",
         "| model | paper's reading | accuracy by seed | n | mean | sd | mean interval "

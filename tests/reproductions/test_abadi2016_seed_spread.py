@@ -27,9 +27,11 @@ from reproductions.abadi2016.seed_spread import (
     FIG3_MEDIUM,
     FIG3_MEDIUM_PER_LAYER,
     SeedSpreadConfig,
+    flat_axis,
+    per_layer_axis,
 )
 from reproductions.abadi2016.sweeps import SweepConfig
-from reproductions.harness import Output
+from reproductions.harness import Output, TrainingSpec
 
 TINY = SeedSpreadConfig(
     profile="test",
@@ -42,7 +44,11 @@ TINY = SeedSpreadConfig(
         profile="test", pca_components=10, hidden_units=8, lot_size=20, epochs=(1, 1, 1)
     ),
 )
-SWEEP_POINTS = [point for point in seed_spread.POINTS if point[0] not in FIG3_AXES]
+SWEEP_POINTS = [
+    point for point in seed_spread.POINTS if point[0] not in FIG3_AXES and not flat_axis(point[0])
+]
+#: The Fig. 5 points with the per-layer bound (the reference point, PCA 10, random 60).
+PER_LAYER_SWEEP = [(per_layer_axis(axis), value) for axis, value in SWEEP_POINTS[:3]]
 
 
 def _fake_mnist(split: str) -> tuple[np.ndarray, np.ndarray]:
@@ -120,6 +126,8 @@ def test_bad_config_is_refused() -> None:
         SeedSpreadConfig(fig3=MnistConfig(seed=1))
     with pytest.raises(InvalidParameterError, match="points"):
         SeedSpreadConfig(points=((FIG3, 3),))
+    with pytest.raises(InvalidParameterError, match="points"):
+        SeedSpreadConfig(points=(("width_per_layer", 3),))
 
 
 # ----------------------------------------------------------------------------- run specs
@@ -199,7 +207,77 @@ def test_the_per_layer_bound_counts_the_layers_with_trainable_parameters() -> No
     clipping = seed_spread.clipping(seed_spread.PROFILES["full"], *FIG3_MEDIUM_PER_LAYER)
     assert clipping is not None and clipping["per_layer_bound"] == narrow.max_grad_norm
     assert clipping["noise_std"] == pytest.approx(4.0 * 4.0)
-    assert seed_spread.clipping(seed_spread.PROFILES["full"], "lot", 600) is None
+    flat = seed_spread.clipping(seed_spread.PROFILES["full"], "lot", 600)
+    assert flat["per_layer_bound"] is None and flat["max_grad_norm"] == 4.0
+    assert flat["noise_std"] == pytest.approx(4.0 * 4.0)
+
+
+def _key_text(point: MnistConfig, spec: mnist_core.RunSpec) -> str:
+    """The canonical JSON a run is stored under (its run-store folder is named by it)."""
+    return TrainingSpec.of(mnist_core.private_spec(point, spec, 60_000)).text
+
+
+def test_the_earlier_points_run_keys_are_unchanged_byte_for_byte() -> None:
+    """The full profile's finished runs stay readable: each earlier point's key, as stored, is
+    the one its own script's functions give (the sweep's, the MNIST script's, the Fig. 3
+    per-layer bound's), at every seed."""
+    config = seed_spread.PROFILES["full"]
+    earlier = (FIG3_MEDIUM, FIG3_MEDIUM_PER_LAYER, ("lot", 600), ("pca", 10), ("random", 60))
+    assert seed_spread.POINTS[:6] == (*earlier, ("lot", 300))
+    for axis, value in seed_spread.POINTS[:6]:
+        for seed in range(5):
+            if axis in FIG3_AXES:
+                level = dataclasses.replace(mnist.PROFILES["full"], seed=seed)
+                if axis != FIG3:
+                    level = seed_spread.per_layer_config(level, value)
+                expected = _key_text(level, mnist.level_specs(level, 60_000)[value])
+            else:
+                sweep = dataclasses.replace(sweeps.PROFILES["full"], seed=seed)
+                point = sweeps.point_config(sweep, axis, value)
+                expected = _key_text(point, sweeps.point_spec(sweep, point, 60_000))
+            mine = seed_spread.run_key(config, axis, value, seed, 60_000)
+            assert TrainingSpec.of(mine).text == expected
+
+
+@pytest.mark.parametrize("point", PER_LAYER_SWEEP)
+def test_a_sweep_points_per_layer_bound_run_differs_in_bound_and_noise_only(
+    point: tuple[str, int],
+) -> None:
+    config = seed_spread.PROFILES["full"]
+    axis, value = point
+    flat_point = (flat_axis(axis), value)
+    assert seed_spread.POINTS[-3:] == tuple(PER_LAYER_SWEEP)  # after the others, cheapest first
+    sweep_point = sweeps.point_config(config.sweep, *flat_point)
+    assert seed_spread.trainable_layers(sweep_point) == 2  # a projection is no trainable layer
+    assert seed_spread.point_key(*point) == f"{seed_spread.point_key(*flat_point)}, per-layer bound"
+    texts = set()
+    for seed in range(5):
+        flat = _flat(seed_spread.run_key(config, *flat_point, seed, 60_000))
+        mine = _flat(seed_spread.run_key(config, axis, value, seed, 60_000))
+        assert mine.keys() == flat.keys()
+        changed = {key for key in mine if mine[key] != flat[key]}
+        assert changed == {("config", "max_grad_norm"), ("run", "noise_multiplier")}
+        bound, sigma = mine[("config", "max_grad_norm")], mine[("run", "noise_multiplier")]
+        assert bound == pytest.approx(4.0 * math.sqrt(2)) and sigma == pytest.approx(4.0 / 2**0.5)
+        assert mine[("run", "steps")] == flat[("run", "steps")]  # the flat point's schedule
+        texts.add(TrainingSpec.of(seed_spread.run_key(config, axis, value, seed, 60_000)).text)
+    assert len(texts) == 5
+    # not the steps the budget would allow at the smaller multiplier
+    smaller = mnist_core.steps_within_budget(
+        sampling_probability=sweep_point.lot_size / 60_000,
+        noise_multiplier=4.0 / math.sqrt(2),
+        target_epsilon=config.sweep.target_epsilon,
+        delta=config.sweep.delta,
+        extra=mnist_core.projection_event(sweep_point, config.sweep.pca_noise),
+    )
+    assert smaller < mine[("run", "steps")]
+    clipping = seed_spread.clipping(config, axis, value)
+    assert clipping["per_layer_bound"] == 4.0 and clipping["trainable_layers"] == 2
+    assert clipping["noise_std"] == pytest.approx(16.0)
+    flat_readings = seed_spread.paper_values(config, *flat_point)
+    assert seed_spread.paper_values(config, axis, value) == {
+        f"{key}, per-layer bound": paper for key, paper in flat_readings.items()
+    }
 
 
 def test_fanned_out_jobs_are_the_sweeps_and_the_mnist_scripts_jobs_at_each_seed(
@@ -209,11 +287,25 @@ def test_fanned_out_jobs_are_the_sweeps_and_the_mnist_scripts_jobs_at_each_seed(
     monkeypatch.setattr(seed_spread, "run_many", lambda f, jobs, executor: submitted.extend(jobs))
     config = seed_spread.PROFILES["full"]
     executor = parse_executor("processes:1")
-    seed_spread.fan_out(config, executor, store=tmp_path, fingerprint="f" * 16, seed0_here=())
+    seed0_here = [point for point in config.points if flat_axis(point[0])]
+    seed_spread.fan_out(
+        config, executor, store=tmp_path, fingerprint="f" * 16, seed0_here=seed0_here
+    )
     levels = [job for job in submitted if isinstance(job, mnist.LevelJob)]
     points = [job for job in submitted if isinstance(job, sweeps.PointJob)]
-    assert submitted[:8] == levels  # the Fig. 3 levels first: flat, then the per-layer bound
-    assert [(job.level, job.config.seed) for job in levels] == 2 * [(1, s) for s in range(1, 5)]
+    bounded = [job for job in submitted if isinstance(job, seed_spread.PerLayerPointJob)]
+    assert submitted[-len(bounded) :] == bounded  # after the existing points
+    assert [(job.axis, job.value, job.config.seed) for job in bounded] == [
+        (axis, value, seed) for axis, value in PER_LAYER_SWEEP for seed in range(5)
+    ]  # seed 0 too: no saved run to read it from
+    assert all(
+        job.config == dataclasses.replace(sweeps.PROFILES["full"], seed=job.config.seed)
+        for job in bounded
+    )
+    assert submitted[:9] == levels  # the Fig. 3 levels first: flat, then the per-layer bound
+    assert [(job.level, job.config.seed) for job in levels] == [(1, s) for s in range(1, 5)] + [
+        (1, s) for s in range(5)
+    ]
     assert all(
         job.config == dataclasses.replace(mnist.PROFILES["full"], seed=job.config.seed)
         for job in levels[:4]
@@ -243,7 +335,7 @@ def test_the_full_study_takes_seed_0_from_the_committed_results() -> None:
         assert row is not None and row["test_accuracy"] is not None
     read = seed_spread.seed0_from_results(config, Output(), 60_000)
     # every point but the per-layer bound's, whose seed 0 is trained by the study
-    assert set(read) == set(config.points) - {FIG3_MEDIUM_PER_LAYER}
+    assert set(read) == set(config.points) - {FIG3_MEDIUM_PER_LAYER, *PER_LAYER_SWEEP}
     medium = Output().load_results("abadi2016_mnist_full")
     row = read[FIG3_MEDIUM]
     assert row["test_accuracy"] == medium["summary"]["medium"]["test_accuracy"]
@@ -285,7 +377,8 @@ def test_quick_profile_is_tiny() -> None:
         for axis, value in config.points
     )
     assert FIG3_MEDIUM in config.points and FIG3_MEDIUM_PER_LAYER in config.points
-    assert steps <= 1_200 and config.seed0_results is None and config.fig3_seed0_results is None
+    assert set(PER_LAYER_SWEEP) <= set(config.points)  # the Fig. 5 points' per-layer bound
+    assert steps <= 2_100 and config.seed0_results is None and config.fig3_seed0_results is None
 
 
 # ----------------------------------------------------------------------------- end to end
@@ -351,6 +444,43 @@ def test_quick_study_end_to_end_through_the_run_store(
     assert output.load_results("abadi2016_seed_spread")["rows"] == rows
 
 
+def test_quick_study_with_the_sweep_points_per_layer_bound(
+    tmp_path: Path, generated_data: None
+) -> None:
+    """TINY's reference point is PCA 10 (lot 20, 8 hidden): flat, with the per-layer bound, and
+    the random projection with the per-layer bound alone."""
+    points = (("pca", 10), (per_layer_axis("pca"), 10), (per_layer_axis("random"), 60))
+    config = dataclasses.replace(TINY, points=points)
+    output = Output.under(tmp_path)
+    seed_spread.compute(config=config, output=output, log=tmp_path / "log")
+    saved = output.load_results("abadi2016_seed_spread")
+    assert saved["runs_left"] == 0 and all(row["done"] for row in saved["rows"])
+    flat, bounded = saved["points"]["pca=10"], saved["points"]["pca=10, per-layer bound"]
+    assert bounded["run"] == "dp_pca10_h8_l20, per-layer bound" and bounded["complete"]
+    assert list(bounded["comparisons"]) == ["pca=10, per-layer bound"]
+    assert bounded["comparisons"]["pca=10, per-layer bound"]["paper"] == 0.94
+    assert bounded["clipping"]["max_grad_norm"] == pytest.approx(4.0 * math.sqrt(2))
+    assert bounded["clipping"]["per_layer_bound"] == flat["clipping"]["max_grad_norm"] == 4.0
+    assert bounded["accuracy_by_seed"].keys() == flat["accuracy_by_seed"].keys()
+    for seed in map(str, range(3)):  # the same steps at a smaller multiplier spend more
+        flat_eps = flat["epsilon_moments_by_seed"][seed]
+        bounded_eps = bounded["epsilon_moments_by_seed"][seed]
+        assert flat_eps["training_only"] < bounded_eps["training_only"]
+        assert flat_eps["with_pca"] < bounded_eps["with_pca"]
+    random = saved["points"]["random=60, per-layer bound"]
+    assert random["run"] == "random10_h8_l20, per-layer bound" and random["complete"]
+    assert list(random["comparisons"]) == ["random=60, per-layer bound"]
+    for item in random["epsilon_moments_by_seed"].values():  # nothing released by the projection
+        assert item["training_only"] == item["with_pca"] > 0
+    holm = [c for p in saved["points"].values() for c in p["comparisons"].values()]
+    assert len(holm) == 3 and all("p_value_holm" in c for c in holm)
+    log = (tmp_path / "log").read_text()
+    assert log.count("done dp_pca10_h8_l20 seed") == 6 and log.count("done random10") == 3
+    md = (output.figures / "abadi2016_seed_spread.md").read_text()
+    assert "| dp_pca10_h8_l20, per-layer bound | pca=10, per-layer bound |" in md
+    assert "train the flat point's steps: their eps at the end exceeds the flat runs'" in md
+
+
 class _Inline:
     """An executor that runs each call at once, here (``submit()`` returning a done future)."""
 
@@ -365,12 +495,13 @@ class _Inline:
 
 
 def test_fanned_out_runs_give_the_in_process_rows(tmp_path: Path, generated_data: None) -> None:
-    config = dataclasses.replace(TINY, points=(FIG3_MEDIUM, FIG3_MEDIUM_PER_LAYER, ("pca", 10)))
+    points = (FIG3_MEDIUM, FIG3_MEDIUM_PER_LAYER, ("pca", 10), (per_layer_axis("pca"), 10))
+    config = dataclasses.replace(TINY, points=points)
     here, spread_out = Output.under(tmp_path / "here"), Output.under(tmp_path / "spread")
     seed_spread.compute(config=config, output=here)
     inline = _Inline()
     seed_spread.compute(config=config, output=spread_out, executor=inline)
-    assert inline.calls == 9  # seeds 0, 1, 2 of each (no results to take seed 0 from)
+    assert inline.calls == 12  # seeds 0, 1, 2 of each (no results to take seed 0 from)
     ours = here.load_results("abadi2016_seed_spread")
     theirs = spread_out.load_results("abadi2016_seed_spread")
     assert ours["rows"] == theirs["rows"] and ours["points"] == theirs["points"]
@@ -634,3 +765,97 @@ def test_scoreboard_fig3_medium_row_explained_by_the_per_layer_bound(
         "moments epsilon with PCA 2.25 against the flat runs' 1.50; the paper states 2" in verdict
     )
     assert verdict.endswith("figures/abadi2016_seed_spread_full.json)")
+
+
+#: Flat seed spreads beyond the paper's values (its seed 0 is the sweep's run in OURS).
+FLAT = {
+    ("lot", 600): [0.9387, 0.9390, 0.9380, 0.9400, 0.9385],
+    ("pca", 10): [0.8988, 0.899, 0.897, 0.900, 0.898],
+    ("random", 60): [0.9112, 0.905, 0.907, 0.909, 0.906],
+}
+REFERENCE, PCA10, RANDOM60 = PER_LAYER_SWEEP
+
+
+def test_scoreboard_fig5_rows_read_as_before_until_the_per_layer_points_are_complete(
+    tmp_path: Path,
+) -> None:
+    output = Output.under(tmp_path)
+    _fake_sweep(output, OURS)
+    _fake_study(output, FLAT)
+    before = _verdicts(output)
+    assert before["lot size = 600 (eps = 2)"].startswith("differs (unexplained): beyond the seed")
+    started = {REFERENCE: [0.9500] + [None] * 4, PCA10: [0.94] + [None] * 4, RANDOM60: [None] * 5}
+    _fake_study(output, FLAT | started, {point: 2.9 for point in PER_LAYER_SWEEP})
+    assert _verdicts(output) == before
+    # with a spread the incomplete points' comparisons join the Holm family: only its size and
+    # the adjusted p-values change, no verdict, and nothing is said of the per-layer bound yet
+    half = {point: [0.9500, 0.9490, 0.9510, None, None] for point in PER_LAYER_SWEEP}
+    _fake_study(output, FLAT | half, {point: 2.9 for point in PER_LAYER_SWEEP})
+    _assert_as_before_but_holm(_verdicts(output), before)
+    # results saved before the flat sweep points recorded their clipping: as before too
+    complete = {point: [0.9500, 0.9490, 0.9510, 0.9495, 0.9505] for point in PER_LAYER_SWEEP}
+    _fake_study(output, FLAT | complete)
+    study = output.load_results("abadi2016_seed_spread_full")
+    for key in ("lot=600", "pca=10", "random=60"):
+        study["points"][key]["clipping"] = None
+    output.save_results(
+        "abadi2016_seed_spread_full", config=study["config"], rows=study["rows"],
+        extra={"points": study["points"]},
+    )  # fmt: skip
+    _assert_as_before_but_holm(_verdicts(output), before)
+
+
+def _assert_as_before_but_holm(verdicts: dict[str, str], before: dict[str, str]) -> None:
+    """Each verdict reads as ``before`` up to its Holm-adjusted p-value, and none mentions the
+    per-layer bound."""
+    assert verdicts.keys() == before.keys()
+    for row, verdict in verdicts.items():
+        assert verdict.split("Holm-adjusted")[0] == before[row].split("Holm-adjusted")[0]
+        assert "per-layer" not in verdict and "clips" not in verdict
+
+
+def test_scoreboard_fig5_rows_explained_by_the_per_layer_bound(tmp_path: Path) -> None:
+    output = Output.under(tmp_path)
+    _fake_sweep(output, OURS)
+    per_layer = {
+        REFERENCE: [0.9500, 0.9470, 0.9510, 0.9460, 0.9490],  # holds 0.95 and 0.951
+        PCA10: [0.9050, 0.9060, 0.9040, 0.9055, 0.9045],  # closer to 0.94, still outside
+        RANDOM60: [0.9230, 0.9270, 0.9240, 0.9210, 0.9260],  # holds 0.925
+    }
+    _fake_study(output, FLAT | per_layer, {point: 2.9 for point in PER_LAYER_SWEEP})
+    verdicts = _verdicts(output)
+    points = output.load_results("abadi2016_seed_spread_full")["points"]
+    reference = points["lot=600, per-layer bound"]
+    low, high = reference["prediction"]
+    for row in ("lot size = 600 (eps = 2)", "hidden units = 1000 (eps = 2)"):  # the one point
+        verdict = verdicts[row]
+        assert verdict.startswith(
+            "differs (explained: the paper clips each of its 2 layers at 4 (total bound "
+            "4*sqrt(2), same noise std 16); ours clips flat at 4 (mean "
+        )
+        assert f"[{low:.4f}, {high:.4f}], n = 5, and the paper's value is inside" in verdict
+        assert "moments epsilon with PCA 2.90 against the flat runs' ?; the paper states 2)" in (
+            verdict
+        )
+    random = verdicts["random projection dimension = 60 (eps = 2)"]
+    assert random.startswith("differs (explained: the paper clips each of its 2 layers at 4")
+    assert "(moments epsilon 2.90 against" in random  # no PCA to count
+    pca = verdicts["projection dimension = 10 (eps = 2)"]
+    assert pca.startswith("differs (unexplained): beyond the seed spread")
+    entry = points["pca=10, per-layer bound"]
+    low, high = entry["prediction"]
+    assert (
+        f"(flat 4*sqrt(2), multiplier 4/sqrt(2), noise std 16) the mean {entry['mean']:.4f} ± "
+        f"{entry['sd']:.4f} (sd), 95 % prediction interval [{low:.4f}, {high:.4f}], n = 5: "
+        "closer, the paper's value still outside it (Holm-adjusted p = " in pca
+    )
+    tested = sum(
+        1 for p in points.values() for c in p["comparisons"].values() if "p_value_holm" in c
+    )
+    assert tested == 2 * (3 + 1 + 1)  # the reference point's three readings, flat and bounded
+    # a per-layer point further from the paper's value than the flat one says so
+    _fake_study(output, FLAT | per_layer | {PCA10: [0.8950, 0.8960, 0.8940, 0.8955, 0.8945]})
+    assert (
+        ": no closer, the paper's value still outside it"
+        in _verdicts(output)["projection dimension = 10 (eps = 2)"]
+    )
