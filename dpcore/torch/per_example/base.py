@@ -24,6 +24,7 @@ from dpcore.torch.errors import IncompatibleModelError, NonFiniteGradientError
 from dpcore.torch.per_example.trial import (
     LossFunction,
     check_examples_independent,
+    check_examples_independent_in_training,
     finite_examples,
     full_precision,
     per_example_losses,
@@ -152,7 +153,10 @@ class PerExampleEngine(abc.ABC):
 
         The trial lots' sizes differ from every dimension of the model's tensors
         (:func:`~dpcore.torch.per_example.trial.trial_sizes`); on each, the examples must not
-        interact (:func:`~dpcore.torch.per_example.trial.check_examples_independent`) and the
+        interact, in eval mode
+        (:func:`~dpcore.torch.per_example.trial.check_examples_independent`) nor in the model's
+        own training mode
+        (:func:`~dpcore.torch.per_example.trial.check_examples_independent_in_training`), and the
         engine must agree with a one-example-at-a-time autograd loop (engine-specific). An
         engine not prepared explicitly prepares itself on its first non-empty lot. The trial
         runs in full precision even inside ``torch.autocast``.
@@ -180,6 +184,7 @@ class PerExampleEngine(abc.ABC):
             for size in trial_sizes(self.model, inputs, targets, loss_fn):
                 lot, lot_targets = trial_lot(inputs, targets, size)
                 check_examples_independent(self.model, lot, lot_targets, loss_fn)
+                check_examples_independent_in_training(self.model, lot, lot_targets, loss_fn)
                 self._check_trial(lot, lot_targets, loss_fn)
         self.prepared = True
 

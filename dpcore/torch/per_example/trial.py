@@ -40,6 +40,7 @@ __all__ = [
     "LossFunction",
     "autocast_dtype",
     "check_examples_independent",
+    "check_examples_independent_in_training",
     "close",
     "compare_with_loop",
     "eval_mode",
@@ -243,6 +244,86 @@ def check_examples_independent(
                 "Per-example clipping cannot bound one example's influence on such a model, and "
                 "no engine accepts it; compute every example's output from that example only."
             )
+
+
+def check_examples_independent_in_training(
+    model: nn.Module, inputs: Batch, targets: Batch, loss_fn: Any
+) -> None:
+    """Refuse a model whose examples interact in training mode only (nothing if it is in eval).
+
+    :func:`check_examples_independent` runs in eval mode; a module can mix the lot's rows only
+    while training (a batch statistic under ``if self.training``, such as timm's ``EvoNorm2dB0``
+    or a hand-written batch normalisation). Here the lot runs twice in the model's own modes,
+    from the same random state (dropout draws the same masks), the second time with example 0
+    replaced by another example of the lot: every other example's loss must be unchanged. The
+    model's buffers (running statistics) and the random state are restored afterwards. A lot
+    whose examples are all equal cannot show an interaction, and is not checked.
+
+    Raises:
+        ExamplesInteractError: naming the first example whose loss changed.
+    """
+    if not any(module.training for module in model.modules()):
+        return
+    size = batch_size(inputs)
+    other = _differing_example(inputs)
+    if other is None:
+        return
+    index = torch.arange(size)
+    index[0] = other
+    devices = sorted(
+        {
+            t.device.index or 0
+            for t in (*tensors(inputs), *model.parameters())
+            if t.device.type == "cuda"
+        }
+    )
+    with torch.no_grad(), _buffers_kept(model), torch.random.fork_rng(devices=devices):
+        states = (torch.get_rng_state(), [torch.cuda.get_rng_state(d) for d in devices])
+
+        def losses(lot: Batch, lot_targets: Batch) -> torch.Tensor:
+            torch.set_rng_state(states[0])
+            for device, state in zip(devices, states[1], strict=True):
+                torch.cuda.set_rng_state(state, device)
+            return per_example_losses(loss_fn, call_model(model, lot), lot_targets, size)
+
+        first = losses(inputs, targets)
+        second = losses(take(inputs, index), take(targets, index))
+    for i in range(1, size):
+        if not close(first[i : i + 1], second[i : i + 1], first.dtype):
+            raise ExamplesInteractError(
+                f"The model's examples interact in training mode: in a trial lot of {size}, "
+                f"example {i}'s loss is {float(first[i])!r}, and {float(second[i])!r} when "
+                f"example 0 is replaced by example {other} (same random draws); in eval mode "
+                "they do not (an operation mixes the rows of the lot only while training, such "
+                "as a batch statistic under `if self.training`). Per-example clipping cannot "
+                "bound one example's influence on such a model, and no engine accepts it."
+            )
+
+
+def _differing_example(inputs: Batch) -> int | None:
+    """The first example of the lot whose inputs differ from example 0's, or ``None``."""
+    leaves = tensors(inputs)
+    for k in range(1, batch_size(inputs)):
+        if any(not torch.equal(leaf[0], leaf[k]) for leaf in leaves):
+            return k
+    return None
+
+
+@contextlib.contextmanager
+def _buffers_kept(model: nn.Module) -> Iterator[None]:
+    """The model's buffers restored (values and objects) when closed."""
+    saved = [
+        (module, name, buffer, buffer.detach().clone())
+        for module in model.modules()
+        for name, buffer in module.named_buffers(recurse=False)
+    ]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for module, name, buffer, copy in saved:
+                buffer.copy_(copy)
+                module._buffers[name] = buffer
 
 
 def loop_gradients(
