@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,6 +29,7 @@ __all__ = [
     "batch_size",
     "call_model",
     "detached",
+    "flat_rows",
     "model_arguments",
     "take",
     "tensors",
@@ -78,6 +80,15 @@ def take(batch: Batch, index: torch.Tensor | slice) -> Batch:
 def detached(batch: Batch) -> Batch:
     """``batch`` with every tensor detached."""
     return tree_map(lambda leaf: leaf.detach() if isinstance(leaf, torch.Tensor) else leaf, batch)
+
+
+def flat_rows(rows: torch.Tensor) -> torch.Tensor:
+    """Per-example values ``(batch, ...)`` as ``(batch, n)``: one row per example.
+
+    A scalar (0-d) parameter's per-example gradients ``(batch,)`` become ``(batch, 1)``; an empty
+    lot gives ``(0, n)``. (``rows.flatten(1)`` fails on ``(batch,)``.)
+    """
+    return rows.reshape(rows.shape[0], math.prod(rows.shape[1:]))
 
 
 def call_model(model: nn.Module, inputs: Batch) -> Any:

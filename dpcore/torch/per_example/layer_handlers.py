@@ -37,6 +37,7 @@ import torch
 from torch import nn
 from torch.nn import functional
 
+from dpcore.torch.batches import flat_rows
 from dpcore.torch.errors import IncompatibleModelError
 from dpcore.torch.per_example.dataflow import OperationCall
 
@@ -160,7 +161,7 @@ def materialized_term(name: str, per_example: torch.Tensor, shape: torch.Size) -
         total: torch.Tensor = torch.tensordot(factors.to(rows.dtype), rows, dims=1)
         return total.reshape(shape)
 
-    squared = torch.linalg.vector_norm(per_example.flatten(1), dim=1).square()  # no temporary
+    squared = torch.linalg.vector_norm(flat_rows(per_example), dim=1).square()  # no temporary
     return ParameterTerm(
         name, squared, weighted_sum, lambda: per_example.reshape(per_example.shape[0], *shape)
     )

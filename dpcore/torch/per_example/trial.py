@@ -30,7 +30,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves, tree_map
 
 from dpcore.errors import InvalidParameterError
-from dpcore.torch.batches import Batch, batch_size, call_model, take, tensors
+from dpcore.torch.batches import Batch, batch_size, call_model, flat_rows, take, tensors
 from dpcore.torch.errors import ExamplesInteractError, IncompatibleModelError
 
 LossFunction = Callable[[Any, Any], torch.Tensor]
@@ -403,7 +403,7 @@ def compare_with_loop(
         found_sum = torch.zeros_like(parameter) if summed is None else summed
         expected_sum = torch.tensordot(factors.to(rows.dtype), rows, dims=1)
         if not (
-            close(found_squared, rows.flatten(1).square().sum(1).cpu(), dtype, scale=total)
+            close(found_squared, flat_rows(rows).square().sum(1).cpu(), dtype, scale=total)
             and close(found_sum, expected_sum, dtype, scale=bound * len(loop))
         ):
             raise mismatch(

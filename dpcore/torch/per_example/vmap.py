@@ -20,7 +20,7 @@ from torch.func import grad, vmap
 from torch.utils._pytree import tree_map
 
 from dpcore.errors import DPCoreError
-from dpcore.torch.batches import Batch, model_arguments, tensors
+from dpcore.torch.batches import Batch, flat_rows, model_arguments, tensors
 from dpcore.torch.errors import IncompatibleModelError
 from dpcore.torch.per_example.base import (
     ClippedBatch,
@@ -184,7 +184,7 @@ class VmapEngine(PerExampleEngine):
                 inputs,
                 targets,
                 loss_fn,
-                {name: rows.flatten(1).square().sum(1) for name, rows in gradients.items()},
+                {name: flat_rows(rows).square().sum(1) for name, rows in gradients.items()},
                 lambda factors: {
                     name: torch.tensordot(factors.to(rows.dtype), rows, dims=1)
                     for name, rows in gradients.items()
@@ -196,7 +196,7 @@ class VmapEngine(PerExampleEngine):
         gradients, losses, outputs = per_example_gradients(
             self.model, inputs, targets, loss_fn, chunk_size=self.chunk_size
         )
-        flat = [gradients[name].flatten(start_dim=1) for name, _ in self.named_parameters]
+        flat = [flat_rows(gradients[name]) for name, _ in self.named_parameters]
         norms = torch.sqrt(sum(g.square().sum(dim=1) for g in flat))  # type: ignore[arg-type]
         factors = clip_factors(norms, max_grad_norm=self.max_grad_norm, nonfinite=self.nonfinite)
         keep = factors > 0  # rows dropped as non-finite must not turn the sum into NaN (0 * nan)
