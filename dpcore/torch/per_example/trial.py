@@ -21,9 +21,11 @@ that computation (identical for any examples, up to rounding), not a release of 
 from __future__ import annotations
 
 import contextlib
+import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
+import numpy
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
@@ -254,10 +256,11 @@ def check_examples_independent_in_training(
     :func:`check_examples_independent` runs in eval mode; a module can mix the lot's rows only
     while training (a batch statistic under ``if self.training``, such as timm's ``EvoNorm2dB0``
     or a hand-written batch normalisation). Here the lot runs twice in the model's own modes,
-    from the same random state (dropout draws the same masks), the second time with example 0
-    replaced by another example of the lot: every other example's loss must be unchanged. The
-    model's buffers (running statistics) and the random state are restored afterwards. A lot
-    whose examples are all equal cannot show an interaction, and is not checked.
+    from the same random states (torch's, Python's, NumPy's: dropout, layer drop and SpecAugment
+    masks are drawn alike), the second time with example 0 replaced by another example of the
+    lot: every other example's loss must be unchanged. The model's buffers (running statistics)
+    and the random states are restored afterwards. A lot whose examples are all equal cannot show
+    an interaction, and is not checked.
 
     Raises:
         ExamplesInteractError: naming the first example whose loss changed.
@@ -277,13 +280,10 @@ def check_examples_independent_in_training(
             if t.device.type == "cuda"
         }
     )
-    with torch.no_grad(), _buffers_kept(model), torch.random.fork_rng(devices=devices):
-        states = (torch.get_rng_state(), [torch.cuda.get_rng_state(d) for d in devices])
+    with torch.no_grad(), _buffers_kept(model), _same_draws(devices) as reset:
 
         def losses(lot: Batch, lot_targets: Batch) -> torch.Tensor:
-            torch.set_rng_state(states[0])
-            for device, state in zip(devices, states[1], strict=True):
-                torch.cuda.set_rng_state(state, device)
+            reset()
             return per_example_losses(loss_fn, call_model(model, lot), lot_targets, size)
 
         first = losses(inputs, targets)
@@ -307,6 +307,30 @@ def _differing_example(inputs: Batch) -> int | None:
         if any(not torch.equal(leaf[0], leaf[k]) for leaf in leaves):
             return k
     return None
+
+
+@contextlib.contextmanager
+def _same_draws(devices: Sequence[int]) -> Iterator[Callable[[], None]]:
+    """A function that resets every random state a forward may draw from to the state at entry
+    (torch's CPU and the given CUDA devices', Python's ``random``, NumPy's global one: dropout,
+    layer drop, SpecAugment masks); the states are restored when closed."""
+    python_state, numpy_state = random.getstate(), numpy.random.get_state()
+    with torch.random.fork_rng(devices=devices):
+        cpu = torch.get_rng_state()
+        cuda = [torch.cuda.get_rng_state(device) for device in devices]
+
+        def reset() -> None:
+            torch.set_rng_state(cpu)
+            for device, state in zip(devices, cuda, strict=True):
+                torch.cuda.set_rng_state(state, device)
+            random.setstate(python_state)
+            numpy.random.set_state(numpy_state)
+
+        try:
+            yield reset
+        finally:
+            random.setstate(python_state)
+            numpy.random.set_state(numpy_state)
 
 
 @contextlib.contextmanager

@@ -10,6 +10,9 @@ and torch's random state as they were.
 
 from __future__ import annotations
 
+import random
+
+import numpy
 import pytest
 import torch
 from torch import nn
@@ -69,6 +72,25 @@ class _Dropout(nn.Module):
         return self.second(self.dropout(torch.tanh(self.first(inputs))))
 
 
+class _LayerDrop(nn.Module):
+    """Skips whole residual branches at random while training, drawing from Python's ``random``
+    and NumPy's global generator (transformers' LayerDrop, wav2vec2's SpecAugment masks)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = nn.Linear(4, 4, dtype=torch.float64)
+        self.second = nn.Linear(4, 4, dtype=torch.float64)
+        self.head = nn.Linear(4, 3, dtype=torch.float64)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        hidden = inputs
+        if not self.training or random.random() < 0.5:
+            hidden = hidden + torch.tanh(self.first(hidden))
+        if not self.training or numpy.random.rand() < 0.5:
+            hidden = hidden + torch.tanh(self.second(hidden))
+        return self.head(hidden)
+
+
 def _lot() -> tuple[torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(0)
     inputs = torch.randn(6, 4, generator=generator, dtype=torch.float64)
@@ -112,12 +134,20 @@ def test_the_check_restores_buffers_and_the_random_state() -> None:
 
 
 @pytest.mark.parametrize("engine", ["auto", "fast", "vmap"])
-def test_dropout_in_training_mode_is_not_an_interaction(engine: str) -> None:
-    torch.manual_seed(0)
-    model = _Dropout().train()
-    state = torch.get_rng_state()
-    built = make_engine(model, engine=engine, max_grad_norm=1.0)
-    built.prepare(*_lot(), CROSS_ENTROPY)
-    assert built.prepared
-    assert torch.equal(torch.get_rng_state(), state)
-    assert model.training
+@pytest.mark.parametrize("model_type", [_Dropout, _LayerDrop])
+def test_random_draws_in_training_mode_are_not_an_interaction(
+    engine: str, model_type: type[nn.Module]
+) -> None:
+    for seed in range(4):  # layer drop: the two runs skip alike whatever the draws
+        torch.manual_seed(seed)
+        random.seed(seed)
+        numpy.random.seed(seed)
+        model = model_type().train()
+        states = (torch.get_rng_state(), random.getstate(), numpy.random.get_state()[1].copy())
+        built = make_engine(model, engine=engine, max_grad_norm=1.0)
+        built.prepare(*_lot(), CROSS_ENTROPY)
+        assert built.prepared
+        assert torch.equal(torch.get_rng_state(), states[0])
+        assert random.getstate() == states[1]
+        assert (numpy.random.get_state()[1] == states[2]).all()
+        assert model.training
