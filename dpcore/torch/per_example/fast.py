@@ -676,7 +676,8 @@ class FastEngine(PerExampleEngine):
             else:
                 ones = torch.ones_like(term.squared_norms)
                 found = term.weighted_sum(ones, None).to(expected.dtype)
-            low = autocast_dtype()  # the reference then ran in bf16/fp16 too, rounded otherwise
+            # under autocast, or with bf16/fp16 parameters, the reference ran rounded too
+            low = autocast_dtype() or (dtype if torch.finfo(dtype).bits < 32 else None)
             rtol = tolerance(low) if low is not None else None if dtype == torch.float64 else 1e-3
             if not close(found, expected, dtype, rtol=rtol, scale=total):
                 raise mismatch(
