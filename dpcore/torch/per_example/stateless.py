@@ -31,8 +31,8 @@ def restoring_state(model: nn.Module) -> Iterator[None]:
     try:
         yield
     finally:
-        for slots, name, value in saved:
-            if slots.get(name) is not value:
+        for slots, name, value in saved:  # slots: a dict, or a scripted module's wrapper
+            if name not in slots or slots[name] is not value:
                 slots[name] = value
 
 

@@ -17,10 +17,10 @@ from typing import Any
 import torch
 from torch import nn
 from torch.func import grad, vmap
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from dpcore.errors import DPCoreError
-from dpcore.torch.batches import Batch, flat_rows, model_arguments, tensors
+from dpcore.torch.batches import Batch, batch_size, call_model, flat_rows, model_arguments, tensors
 from dpcore.torch.errors import IncompatibleModelError
 from dpcore.torch.per_example.base import (
     ClippedBatch,
@@ -61,22 +61,37 @@ def _as_lot_of_one(leaf: Any) -> Any:
     return leaf.unsqueeze(0) if isinstance(leaf, torch.Tensor) else leaf
 
 
-def _first_detached(leaf: Any) -> Any:
-    """A tensor output's only row, detached; ``None`` for any other leaf.
+def _tensor_rows(outputs: Any, layout: list[Any]) -> list[torch.Tensor]:
+    """One example's tensor outputs, detached: each tensor's only row (a 0-d one as it is).
 
-    vmap returns tensors only: a model output's non-tensor leaves (a Hugging Face causal LM's
-    cache object, a count) are dropped from the outputs the engine returns. The loss function
-    still receives the model's outputs as they are.
+    vmap returns tensors only, so the outputs' structure and which leaves are tensors are kept
+    in ``layout`` (``[spec, is_tensor]``) for :func:`_rebuilt`: the non-tensor leaves (a Hugging
+    Face causal LM's cache object, a count, ``None``) come back as ``None``. A 0-d output (a
+    scalar auxiliary loss) is one example's value here, so it comes back one per example.
     """
-    return leaf.detach()[0] if isinstance(leaf, torch.Tensor) else None
+    leaves, spec = tree_flatten(outputs)
+    layout[:] = [spec, [isinstance(leaf, torch.Tensor) for leaf in leaves]]
+    return [
+        leaf.detach() if leaf.dim() == 0 else leaf.detach()[0]
+        for leaf in leaves
+        if isinstance(leaf, torch.Tensor)
+    ]
 
 
-def vmap_refusal(error: RuntimeError) -> IncompatibleModelError:
+def _rebuilt(rows: list[torch.Tensor], layout: list[Any]) -> Any:
+    """The outputs' structure of :func:`_tensor_rows` with the lot's tensors, ``None`` elsewhere."""
+    spec, is_tensor = layout
+    found = iter(rows)
+    return tree_unflatten([next(found) if tensor else None for tensor in is_tensor], spec)
+
+
+def vmap_refusal(error: Exception) -> IncompatibleModelError:
     """The typed refusal for a model that ``torch.func.vmap`` cannot run.
 
     Args:
         error: what vmap raised (data-dependent control flow such as an attention-mask check,
-            ``.item()``, an operation without a batching rule, an output that is not a tensor).
+            ``.item()``, an operation without a batching rule, an output that is not a tensor,
+            a module ``torch.func.functional_call`` cannot run, such as a scripted one).
     """
     lines = str(error).strip().splitlines() or [type(error).__name__]
     reason = lines[0] if len(lines[0]) <= 300 else lines[0][:297] + "..."
@@ -116,7 +131,9 @@ def per_example_gradients(
         args, kwargs = model_arguments(tree_map(_as_lot_of_one, x))
         out = functional_call_restoring(model, (params, frozen, buffers), args, kwargs)
         loss = per_example_losses(loss_fn, out, tree_map(_as_lot_of_one, y), 1)
-        return loss.sum(), (loss.detach()[0], tree_map(_first_detached, out))
+        return loss.sum(), (loss.detach()[0], _tensor_rows(out, layout))
+
+    layout: list[Any] = []
 
     batched: Any = vmap(
         grad(loss_of_one, has_aux=True),
@@ -129,12 +146,29 @@ def per_example_gradients(
         # falls back to a loop: slower, still exact. Not the user's problem to fix.
         warnings.filterwarnings("ignore", message="There is a performance drop because")
         try:
-            gradients, (losses, outputs) = batched(trainable, inputs, targets)
+            gradients, (losses, rows) = batched(trainable, inputs, targets)
         except DPCoreError:
             raise  # the project's own refusals (a loss of the wrong shape) keep their type
         except RuntimeError as error:
             raise vmap_refusal(error) from error
-    return gradients, losses, outputs
+        except Exception as error:  # vmap's or functional_call's, unless the model's own
+            if _plain_forward_fails(model, inputs, targets, loss_fn):
+                raise
+            raise vmap_refusal(error) from error
+    return gradients, losses, _rebuilt(rows, layout)
+
+
+def _plain_forward_fails(
+    model: nn.Module, inputs: Batch, targets: Batch, loss_fn: LossFunction
+) -> bool:
+    """Whether the model's forward and per-example losses fail on the lot without vmap."""
+    try:
+        with torch.no_grad():
+            outputs = call_model(model, inputs)
+            per_example_losses(loss_fn, outputs, targets, batch_size(inputs))
+    except Exception:
+        return True
+    return False
 
 
 class VmapEngine(PerExampleEngine):
