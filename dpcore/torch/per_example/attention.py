@@ -15,6 +15,11 @@ torch's layout (sequence first) so that the calling module is unchanged.
 :func:`decomposable` says which calls it takes: batched (3-D) inputs without ``static_k`` /
 ``static_v``; any other call runs as torch's own operation, and the fast path then refuses its
 parameters by name.
+
+:func:`scaled_dot_product_attention` is ``F.scaled_dot_product_attention`` as the matrix products
+and softmax it is defined by, for the calls whose ``attn_mask`` is computed from parameters (a
+relative position bias passed as the additive mask, transformers' SDPA path for T5): the mask
+then meets the examples in an addition, which has an exact per-example rule.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from typing import Any
 import torch
 from torch.nn import functional
 
-__all__ = ["decomposable", "multi_head_attention"]
+__all__ = ["decomposable", "multi_head_attention", "scaled_dot_product_attention"]
 
 _SIGNATURE = inspect.signature(functional.multi_head_attention_forward)
 
@@ -191,3 +196,36 @@ def multi_head_attention(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch
         attended, arguments["out_proj_weight"], arguments["out_proj_bias"]
     ).transpose(0, 1)
     return output, weights
+
+
+def scaled_dot_product_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> torch.Tensor:
+    """``F.scaled_dot_product_attention`` from its definition (torch's documented reference):
+    ``softmax(q k^T * scale + mask) v``, a boolean mask filling ``-inf`` where it is False."""
+    factor = 1 / math.sqrt(query.size(-1)) if scale is None else scale
+    if enable_gqa:
+        key = key.repeat_interleave(query.size(-3) // key.size(-3), -3)
+        value = value.repeat_interleave(query.size(-3) // value.size(-3), -3)
+    scores = query @ key.transpose(-2, -1) * factor
+    if is_causal:
+        allowed = torch.ones(
+            query.size(-2), key.size(-2), dtype=torch.bool, device=query.device
+        ).tril()
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        else:
+            scores = scores + attn_mask
+    weights = torch.softmax(scores, dim=-1)
+    if dropout_p > 0.0:
+        weights = functional.dropout(weights, dropout_p, training=True)
+    return weights @ value

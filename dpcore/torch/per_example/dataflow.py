@@ -40,7 +40,11 @@ from torch.nn import functional
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
-from dpcore.torch.per_example.attention import decomposable, multi_head_attention
+from dpcore.torch.per_example.attention import (
+    decomposable,
+    multi_head_attention,
+    scaled_dot_product_attention,
+)
 
 __all__ = [
     "ADDITIVE",
@@ -48,6 +52,7 @@ __all__ = [
     "CONVOLUTION",
     "LINEAR",
     "MULTIPLICATIVE",
+    "WHERE",
     "BatchDataflow",
     "Lookup",
     "Meeting",
@@ -73,6 +78,10 @@ ADDITIVE = {
 """Binary ``a ± b`` operations, with the sign of the second operand (``alpha`` multiplies it)."""
 MULTIPLICATIVE = frozenset({torch.mul, T.mul, T.__mul__, T.__rmul__, T.__imul__, T.mul_})
 CONCATENATE = frozenset({torch.cat, torch.concat, torch.concatenate})
+WHERE = frozenset({torch.where, T.where})
+"""``torch.where(condition, input, other)`` / ``input.where(condition, other)``, all positional,
+with a boolean ``condition``: an independent ``input`` or ``other`` (a relative position bias
+under a padding mask, transformers' SDPA path for T5) meets the examples where it is chosen."""
 LINEAR = frozenset({functional.linear})
 """``F.linear(x, weight, bias)``: meets the examples in ``x`` (batched, at least 2-D) through an
 independent 2-D ``weight`` and/or ``bias``, passed by position."""
@@ -95,6 +104,8 @@ _SAME_LAYOUT = frozenset(
         functional.layer_norm,
         functional.rms_norm,
         functional.dropout,
+        torch.where,
+        T.where,
         functional.relu,
         functional.gelu,
         functional.silu,
@@ -425,6 +436,11 @@ class BatchDataflow(TorchFunctionMode):
                 if tensor is not None and self.is_batched(tensor):
                     self._batched.put(tensor, dim)
             return output, weights
+        if func is functional.scaled_dot_product_attention and self._mask_from_parameters(
+            args, kwargs
+        ):
+            with self:  # its operations, one by one: the mask meets the scores in an addition
+                return scaled_dot_product_attention(*args, **kwargs)
         result = func(*args, **kwargs)
         if func in _CONSTANT_RESULTS:
             return result
@@ -483,6 +499,17 @@ class BatchDataflow(TorchFunctionMode):
             elif func is functional.embedding:
                 self._record_lookup(args, kwargs, result)
         return result
+
+    def _mask_from_parameters(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """Whether a ``scaled_dot_product_attention`` call on example data has an ``attn_mask``
+        computed from trainable parameters (a relative position bias)."""
+        mask = args[3] if len(args) > 3 else kwargs.get("attn_mask")
+        return (
+            isinstance(mask, torch.Tensor)
+            and mask.requires_grad
+            and bool(self.sources(mask))
+            and any(self.is_batched(t) for t in tensors_in((args[:3], kwargs)))
+        )
 
     def _handed_copy(self, result: torch.Tensor) -> torch.Tensor:
         """A copy of a recorded ``result`` for the forward to go on with (batched like it).
@@ -559,6 +586,7 @@ class BatchDataflow(TorchFunctionMode):
                 func in ADDITIVE
                 or func in MULTIPLICATIVE
                 or func in CONCATENATE
+                or (func in WHERE and _where_meets(func, args, kwargs, positions))
                 or (func in LINEAR and _layer_meets(args, positions, 2, None))
                 or (func in CONVOLUTION and _layer_meets(args, positions, 3, func))
             )
@@ -577,6 +605,23 @@ class BatchDataflow(TorchFunctionMode):
         )
         self.meetings.append(meeting)
         return meeting
+
+
+def _where_meets(
+    func: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    positions: tuple[tuple[int, torch.Tensor], ...],
+) -> bool:
+    """``torch.where(c, a, b)`` or ``a.where(c, b)`` with the three arguments positional, a
+    boolean tensor ``c``, and the independent operands among ``a`` and ``b``."""
+    condition_at = 0 if func is torch.where else 1
+    if kwargs or len(args) != 3:
+        return False
+    condition = args[condition_at]
+    if not isinstance(condition, torch.Tensor) or condition.dtype != torch.bool:
+        return False
+    return all(k != condition_at for k, _ in positions)
 
 
 def _layer_meets(

@@ -402,7 +402,11 @@ class FastEngine(PerExampleEngine):
             operations = dataflow.exit_layer()
             if layer.handler.operations:
                 operation = _operation(layer, operations, dataflow)
-                if operation is None:  # from now on, followed operation by operation
+                if operation is None or not any(
+                    dataflow.is_batched(t) for t in operation.operands()
+                ):  # from now on, followed operation by operation: a weight computed from its
+                    # parameters, or example data passed to the layer but not to its operation
+                    # (a position embedding given the token ids for their shape only)
                     layer.traced = True
                     raise _RerunError
                 result = operation.result

@@ -11,6 +11,7 @@ vector-Jacobian product of ``g`` restricted to row i:
 - ``h = a + s * alpha * u`` (broadcast): ``s * alpha * g_i`` summed over the dimensions along
   which ``u`` was broadcast;
 - ``h = x * u``: the same with ``g_i * x_i``;
+- ``h = torch.where(c, u, x)`` (boolean ``c``): the same with ``g_i`` where ``c_i`` chose ``u``;
 - ``h = torch.cat([..., u, ...], dim)``: the slice of ``g_i`` that ``u`` filled.
 
 When ``u`` has the lot's size in its first dimension only because it was expanded to it
@@ -36,6 +37,7 @@ from dpcore.torch.per_example.dataflow import (
     CONCATENATE,
     CONVOLUTION,
     LINEAR,
+    WHERE,
     BatchDataflow,
     Lookup,
     Meeting,
@@ -70,7 +72,8 @@ def refuse_unsupported(meetings: Sequence[Meeting], batch_size: int) -> None:
         if not meeting.supported:
             problem = (
                 f"meet the lot's examples in {meeting.name}, which the fast path has no "
-                "per-example rule for (it has rules for +, -, *, torch.cat, F.linear and "
+                "per-example rule for (it has rules for +, -, *, torch.cat, torch.where, "
+                "F.linear and "
                 "convolutions, and handlers for Linear, Conv1d, Conv2d, Embedding, LayerNorm, "
                 "GroupNorm, RMSNorm and DPLSTM)"
             )
@@ -136,6 +139,9 @@ def _operand_rows(
     if meeting.func in ADDITIVE:
         scale = _additive_scale(meeting, position)
         local = backprop if scale == 1.0 else backprop * scale
+    elif meeting.func in WHERE:  # the gradient reaches the operand where it was chosen
+        condition = meeting.args[0 if meeting.func is torch.where else 1]
+        local = backprop * (~condition if position == 2 else condition)
     else:
         local = backprop * meeting.args[1 - position]
     return _reduce_to(local, operand, batch_size)
