@@ -31,7 +31,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves, tree_map
 
-from dpcore.errors import InvalidParameterError
+from dpcore.errors import DPCoreError, InvalidParameterError
 from dpcore.torch.batches import Batch, batch_size, call_model, flat_rows, take, tensors
 from dpcore.torch.errors import ExamplesInteractError, IncompatibleModelError
 
@@ -204,9 +204,40 @@ def trial_lot(inputs: Batch, targets: Batch, size: int) -> tuple[Batch, Batch]:
 
 
 def _alone(model: nn.Module, loss_fn: Any, inputs: Batch, targets: Batch, i: int) -> torch.Tensor:
+    """Example ``i``'s loss computed on that example alone (a lot of one).
+
+    Raises:
+        ExamplesInteractError: it fails alone although the whole lot runs (a loss over the lot,
+            such as a contrastive loss whose targets index the other examples).
+    """
     one = slice(i, i + 1)
-    outputs = call_model(model, take(inputs, one))
-    return per_example_losses(loss_fn, outputs, take(targets, one), 1)[0]
+    try:
+        outputs = call_model(model, take(inputs, one))
+        return per_example_losses(loss_fn, outputs, take(targets, one), 1)[0]
+    except DPCoreError:
+        raise
+    except Exception as error:
+        if not _lot_runs(model, loss_fn, inputs, targets):
+            raise  # the model's or the loss's own error, whatever the lot
+        reason = str(error).splitlines()[0] if str(error) else ""
+        raise ExamplesInteractError(
+            f"The model or loss fails on example {i} alone ({type(error).__name__}: {reason}) "
+            f"although it runs on the lot of {batch_size(inputs)}: each example's loss must be "
+            "computable from that example alone (a loss over the whole lot, such as a "
+            "contrastive loss whose targets index the other examples, mixes them). Per-example "
+            "clipping cannot bound one example's influence on such a model, and no engine "
+            "accepts it."
+        ) from error
+
+
+def _lot_runs(model: nn.Module, loss_fn: Any, inputs: Batch, targets: Batch) -> bool:
+    """Whether the model and the per-example loss run on the whole lot (no gradients)."""
+    try:
+        with torch.no_grad():
+            per_example_losses(loss_fn, call_model(model, inputs), targets, batch_size(inputs))
+    except Exception:
+        return False
+    return True
 
 
 def finite_examples(model: nn.Module, inputs: Batch, targets: Batch, loss_fn: Any) -> list[int]:
