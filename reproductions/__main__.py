@@ -19,6 +19,7 @@ from reproductions import scoreboard
 from reproductions.abadi2016 import cifar10 as abadi2016_cifar10
 from reproductions.abadi2016 import fig2
 from reproductions.abadi2016 import mnist as abadi2016_mnist
+from reproductions.abadi2016 import pca_ceiling as abadi2016_pca_ceiling
 from reproductions.abadi2016 import seed_spread as abadi2016_seed_spread
 from reproductions.abadi2016 import sweeps as abadi2016_sweeps
 from reproductions.bu2019_gdp import initialisation as bu2019_initialisation
@@ -47,6 +48,7 @@ REPRODUCTIONS: dict[str, tuple[Callable[[str], None], Callable[[], None]]] = {
     "abadi2016_sweeps": (abadi2016_sweeps.compute, abadi2016_sweeps.plot),
     # after abadi2016_sweeps: reads its seed-0 runs from the sweep's saved results
     "abadi2016_seed_spread": (abadi2016_seed_spread.compute, abadi2016_seed_spread.plot),
+    "abadi2016_pca_ceiling": (abadi2016_pca_ceiling.compute, abadi2016_pca_ceiling.plot),
     "abadi2016_cifar10": (abadi2016_cifar10.compute, abadi2016_cifar10.plot),
     "bu2019_tradeoff_curves": (
         lambda profile, executor=None: tradeoff_curves.compute(executor=executor),

@@ -236,6 +236,10 @@ def _abadi_sweeps(output: Output) -> Iterator[Row]:
                 explanation, closer = _per_layer_bound(spread, f"{axis}={value}", budget)
                 if closer is not None:
                     note += f"; {closer}"
+            if explanation is None and axis == "pca":
+                ceiling = _pca_ceiling(output, value, accuracy)
+                if ceiling is not None:
+                    explanation = f"{ceiling}; {note}" if note else ceiling
             yield _row(
                 ABADI,
                 f"Fig. 5 MNIST test accuracy vs {titles.get(axis, axis)} = {value} (eps = 2)",
@@ -245,6 +249,32 @@ def _abadi_sweeps(output: Output) -> Iterator[Row]:
 
 
 SEED_SPREAD = "abadi2016_seed_spread_full"
+PCA_CEILING = "abadi2016_pca_ceiling_full"
+
+
+def _pca_ceiling(output: Output, dims: str, paper_value: float) -> str | None:
+    """Why a Fig. 5 projection-dimension row (``dims``) cannot match: the paper's reading lies
+    above every seed of the paper's model trained *without privacy* on the paper's projection
+    (``figures/{PCA_CEILING}.json``, :mod:`reproductions.abadi2016.pca_ceiling`); None without
+    that study's full results for ``dims``, or when any seed reaches the reading. Every number
+    is read from the study's results."""
+    if not output.has_results(PCA_CEILING):
+        return None
+    data = output.load_results(PCA_CEILING)
+    entry = data["summary"].get(dims)
+    runs = [row for row in data["rows"] if str(row["dims"]) == dims]
+    if entry is None or not runs or entry["max"] >= paper_value:
+        return None
+    run = runs[0]
+    return (
+        f"the paper's reading {paper_value:g} is above what the paper's model ({dims} -> 1,000 "
+        f"ReLU -> 10) reaches without privacy on the paper's projection (its PCA without noise, "
+        f"plain SGD on shuffled lots of the same size with the private runs' schedule, "
+        f"{run['epochs']} epochs = {run['steps']} steps, at least the private point's "
+        f"{run['private_steps']}): mean {entry['mean']:.4f}, max {entry['max']:.4f} over "
+        f"{entry['n']} seeds, figures/{PCA_CEILING}.json; clipping and noise cannot raise it, so "
+        f"the setup the paper describes does not give its value"
+    )
 
 
 def _seed_spread(
