@@ -377,7 +377,8 @@ def _buffers_kept(model: nn.Module) -> Iterator[None]:
     finally:
         with torch.no_grad():
             for module, name, buffer, copy in saved:
-                buffer.copy_(copy)
+                if not torch.equal(buffer, copy):  # only what changed: a buffer may be an
+                    buffer.copy_(copy)  # expanded view, which cannot be written
                 module._buffers[name] = buffer
 
 

@@ -151,3 +151,24 @@ def test_random_draws_in_training_mode_are_not_an_interaction(
         assert random.getstate() == states[1]
         assert (numpy.random.get_state()[1] == states[2]).all()
         assert model.training
+
+
+class _ExpandedBuffer(nn.Module):
+    """Keeps an expanded (overlapping) view as a buffer, like transformers' position ids."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4, 3, dtype=torch.float64)
+        self.register_buffer("offsets", torch.zeros(1, dtype=torch.float64).expand(3))
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        return self.linear(inputs) + self.offsets
+
+
+def test_an_expanded_buffer_is_left_as_it_is() -> None:
+    torch.manual_seed(0)
+    model = _ExpandedBuffer().train()
+    built = make_engine(model, engine="auto", max_grad_norm=1.0)
+    built.prepare(*_lot(), CROSS_ENTROPY)
+    assert built.name == "fast"
+    assert model.offsets.stride() == (0,)
