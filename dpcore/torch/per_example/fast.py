@@ -16,8 +16,10 @@ trainable parameter is used either through a module with a handler (Linear, Conv
 Embedding, LayerNorm, GroupNorm, RMSNorm and their subclasses, transformers' ``Conv1D``,
 :class:`~dpcore.torch.layers.DPLSTM`) called on example data, which passes its parameters as they
 are to the handled operation (``F.linear``, ``torch.addmm``, ``F.conv2d``, ``F.layer_norm``, ...),
-or batch-independently and meeting the examples through ``+``, ``-``, ``*`` or
-``torch.cat`` (:mod:`dpcore.torch.per_example.independent`) or as the weight or bias of an
+or batch-independently and meeting the examples through ``+``, ``-``, ``*``, ``torch.cat`` or
+``torch.where`` under a boolean mask (:mod:`dpcore.torch.per_example.independent`; an
+``attn_mask`` of ``F.scaled_dot_product_attention`` computed from parameters is taken through
+the attention's definition) or as the weight or bias of an
 ``F.linear`` or convolution call on example data, as they are or computed from parameters
 (standardised, weight-normalised, LoRA-merged; a handled layer that computes its weight is
 followed operation by operation) (:mod:`dpcore.torch.per_example.layer_meetings`), or several
