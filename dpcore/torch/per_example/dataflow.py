@@ -127,6 +127,22 @@ dimensions, the last of which ``_LAST_DIM`` operations change), with the batched
 the batch dimension carries over. Whether the examples stay independent is the trial lots'
 check, not this one's."""
 _SHAPE_ONLY_SECOND = frozenset({T.expand_as, T.view_as, T.reshape_as, T.type_as})
+_RESHAPES = frozenset(
+    {
+        T.reshape,
+        torch.reshape,
+        T.view,
+        T.view_as,
+        T.reshape_as,
+        T.flatten,
+        torch.flatten,
+        T.unflatten,
+        torch.unflatten,
+    }
+)
+"""Operations that keep the elements' row-major order and only regroup them into a new shape:
+a batched tensor whose examples own consecutive runs of elements (batch dimension 0, or rows
+flattened per example) keeps that property, and the result's first dimension says how."""
 _CONSTANT_RESULTS = frozenset(
     {
         torch.zeros_like,
@@ -328,7 +344,13 @@ class BatchDataflow(TorchFunctionMode):
         self._copying: list[bool] = []  # per open layer call: its operations' results copied
         self._copied_meetings = copied_meetings
         self._parameters: dict[int, torch.Tensor] = {}
+        #: batched tensor -> rows per example, where its first dimension holds each example's
+        #: rows one after another (the lot's tokens flattened to (batch * T, d))
+        self._flattened = _Registry()
         self.meetings: list[Meeting] = []
+        roots = list(roots)
+        #: the lot's size: the first dimension of its tensors (0: unknown, nothing is flattened)
+        self._size = int(roots[0].shape[0]) if roots and roots[0].dim() > 0 else 0
         for tensor in roots:
             self._batched.put(tensor, 0)  # batch dimension (-1: not followed)
         for name, parameter in parameters:
@@ -347,6 +369,59 @@ class BatchDataflow(TorchFunctionMode):
             return None
         found = self._batched.get(tensor)
         return None if found is None or found < 0 else int(found)
+
+    def rows_per_example(self, tensor: Any) -> int:
+        """How many rows of a batched ``tensor``'s first dimension each example owns, one
+        example after another, where the data flow followed the lot's examples into a flattened
+        first dimension (``x.reshape(-1, d)`` of a ``(batch, T, d)`` tensor: T); else 0."""
+        if not isinstance(tensor, torch.Tensor):
+            return 0
+        found = self._flattened.get(tensor)
+        return 0 if found is None else int(found)
+
+    def _flattened_layout(
+        self, func: Any, args: tuple[Any, ...], batched: list[torch.Tensor], result: torch.Tensor
+    ) -> tuple[int, int]:
+        """``(batch dimension, rows per example)`` of a batched ``result`` whose layout
+        :meth:`_output_dim` could not follow, else ``(-1, 0)``.
+
+        A regrouping (:data:`_RESHAPES`, row-major order kept) of a tensor whose examples own
+        consecutive runs of its elements -- batch-first (followed there, or not followed but
+        with the lot's size first: the batch-first reading the fast path checks for any layer
+        input it could not follow), or already flattened -- gives a first dimension of
+        ``rows * size`` in which each example owns ``rows`` consecutive rows (``x.reshape(-1,
+        d)`` of ``(batch, T, d)``: T); at the lot's size it is batch-first again (followed only
+        if it was). A same-layout operation on tensors flattened alike stays flattened. The
+        trial lots prove the result, as for every layout.
+        """
+        size, first = self._size, int(result.shape[0]) if result.dim() > 0 else 0
+        if not size or not first:
+            return -1, 0
+        if func in _RESHAPES:
+            source = args[0] if args else None
+            if not (
+                isinstance(source, torch.Tensor) and len(batched) == 1 and batched[0] is source
+            ):
+                return -1, 0
+            rows, dim = self.rows_per_example(source), self._batched.get(source)
+            if source.dim() == 0 or not (
+                int(source.shape[0]) == size * rows
+                if rows
+                else dim in (0, -1) and int(source.shape[0]) == size
+            ):
+                return -1, 0
+            if first == size:
+                return (0 if dim == 0 and not rows else -1), 0
+            return (-1, first // size) if first % size == 0 else (-1, 0)
+        if func in _SAME_LAYOUT:
+            found = {self.rows_per_example(t) for t in batched}
+            if len(found) == 1 and all(
+                t.dim() == result.dim() >= 2 and int(t.shape[0]) == first for t in batched
+            ):
+                (rows,) = found
+                if rows > 1 and first == size * rows:
+                    return -1, rows
+        return -1, 0
 
     def sources(self, tensor: Any) -> frozenset[str]:
         """Trainable parameters an independent ``tensor`` is computed from (empty otherwise)."""
@@ -479,12 +554,19 @@ class BatchDataflow(TorchFunctionMode):
             outputs = [args[0]]  # in place: the target takes the value's dependence
         if batched:
             dim = self._output_dim(func, args, kwargs, batched, result, dims)
+            rows = 0
+            if dim < 0 and isinstance(result, torch.Tensor) and outputs == [result]:
+                dim, rows = self._flattened_layout(func, args, batched, result)
             for tensor in outputs:
                 key = id(tensor)
                 batched_refs[key] = (weakref.ref(tensor), dim)
                 entry = source_refs.get(key)
                 if entry is not None and entry[0]() is tensor:
                     del source_refs[key]
+                if rows:
+                    self._flattened.put(tensor, rows)
+                else:
+                    self._flattened.drop(tensor)
             if independent and not self._frames:
                 meeting = self._record(func, args, kwargs, result, independent)
                 copy = meeting is not None and meeting.parameters in self._copied_meetings

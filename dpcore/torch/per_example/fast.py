@@ -25,7 +25,9 @@ the attention's definition) or as the weight or bias of an
 followed operation by operation) (:mod:`dpcore.torch.per_example.layer_meetings`), or several
 of these (tied weights); layers called on example data are batch-first, or, for Linear and
 LayerNorm/RMSNorm, have the examples along the dimension the data flow followed them to
-(transposes, per-position operations: torch's sequence-first transformer layers).
+(transposes, per-position operations: torch's sequence-first transformer layers) or flattened
+with their tokens into the first dimension, each example's rows one after another
+(``x.reshape(-1, d)`` of batch-first data: OPT's feed-forward block).
 ``nn.MultiheadAttention`` (and torch's transformer layers) is taken as its projections and the
 parameter-free attention between them (:mod:`dpcore.torch.per_example.attention`). A layer
 whose output or input the forward later writes in place (``nn.ReLU(inplace=True)``,
@@ -290,7 +292,14 @@ def _widened(tensor: Any, dtype: torch.dtype) -> Any:
 
 
 def _widened_call(call: LayerCall, dtype: torch.dtype) -> LayerCall:
-    return LayerCall(tuple(_widened(s, dtype) for s in call.saved), call.target, call.batch_dim)
+    return dataclasses.replace(call, saved=tuple(_widened(s, dtype) for s in call.saved))
+
+
+def _batch_first(backprop: torch.Tensor, call: LayerCall) -> torch.Tensor:
+    """A call's backprop with the examples along its first dimension, as its saved input."""
+    if call.rows_per_example > 1:
+        return backprop.reshape(-1, call.rows_per_example, *backprop.shape[1:])
+    return backprop.movedim(call.batch_dim, 0)
 
 
 @dataclasses.dataclass
@@ -434,11 +443,23 @@ class FastEngine(PerExampleEngine):
                         )
                     inputs = call.saved[0].movedim(dim, 0)
                     call = LayerCall((inputs, *call.saved[1:]), call.target, dim)
+                rows = dataflow.rows_per_example(operation.argument(0, "input"))
+                if rows > 1:  # tokens flattened to (batch * T, d): OPT's feed-forward layers
+                    if not layer.handler.batch_dim_movable(call):
+                        raise mismatch(
+                            f"Module {layer.path!r} ({type(layer.module).__name__}) received "
+                            "the examples' rows flattened into its first dimension; its "
+                            "handler needs them batch-first. Use VmapEngine (exact, any module) "
+                            "instead.",
+                            [self._names[id(p)] for p in layer.trainable.values()],
+                        )
+                    inputs = call.saved[0].reshape(-1, rows, *call.saved[0].shape[1:])
+                    call = LayerCall((inputs, *call.saved[1:]), call.target, 0, rows)
             else:
                 call = layer.handler.capture(module, args, kwargs, output)
             if layer.copy_saved:
                 copies = tuple(s.clone() if isinstance(s, torch.Tensor) else s for s in call.saved)
-                call = LayerCall(copies, call.target, call.batch_dim)
+                call = dataclasses.replace(call, saved=copies)
             layer.calls.append((call, _versions(call)))
             if layer.copy_output and call.target is output:
                 return output.clone()  # in-place writes downstream land on the copy
@@ -542,7 +563,7 @@ class FastEngine(PerExampleEngine):
                     pairs = [
                         (
                             _widened_call(call, dtype),
-                            backprops[id(call.target)].movedim(call.batch_dim, 0),
+                            _batch_first(backprops[id(call.target)], call),
                         )
                         for call, _ in layer.calls
                     ]
@@ -719,7 +740,10 @@ class FastEngine(PerExampleEngine):
                         "would be wrong. Use VmapEngine instead.",
                         owned,
                     )
-                if call.target.dim() <= call.batch_dim or call.target.shape[call.batch_dim] != size:
+                if (
+                    call.target.dim() <= call.batch_dim
+                    or call.target.shape[call.batch_dim] != size * call.rows_per_example
+                ):
                     raise mismatch(
                         f"Module {layer.path!r} ({type(layer.module).__name__}) produced a tensor "
                         f"of shape {tuple(call.target.shape)} from the lot's examples, whose first "

@@ -77,11 +77,16 @@ class LayerCall:
         batch_dim: the dimension of ``target`` that indexes the examples (1 for a layer on
             sequence-first data); ``saved`` is batch-first, and the engine moves the backprop's
             batch dimension first before the handler sees it.
+        rows_per_example: more than 1 when ``target``'s first dimension holds each example's
+            rows one after another, this many per example (a layer called on the lot's tokens
+            flattened to ``(batch * T, d)``, as OPT's feed-forward layers are); ``saved`` is then
+            ``(batch, T, ...)``, and the engine unflattens the backprop the same way.
     """
 
     saved: tuple[Any, ...]
     target: torch.Tensor
     batch_dim: int = 0
+    rows_per_example: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
