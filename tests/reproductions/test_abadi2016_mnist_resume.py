@@ -18,6 +18,7 @@ from dpcore.events import ComposedEvent, GaussianEvent, dpsgd_event
 from reproductions.abadi2016 import mnist, mnist_core
 from reproductions.abadi2016.mnist_core import MnistConfig, steps_within_budget
 from reproductions.harness import ROOT, NonPrivateTrainer, Output
+from tests.reproductions.mnist_images import patterned_digits
 
 #: Tiny sizes: 200 training images of 6 x 6 pixels, lots of 20 (q = 0.1, 10 steps per epoch).
 TINY = MnistConfig(
@@ -30,14 +31,7 @@ TINY = MnistConfig(
 )
 
 
-def _fake_mnist(split: str) -> tuple[np.ndarray, np.ndarray]:
-    """Ten classes, each a fixed random 6 x 6 pattern plus noise, as uint8 images."""
-    rng = np.random.default_rng(0 if split == "train" else 1)
-    patterns = np.random.default_rng(7).uniform(0, 200, size=(10, 6, 6))
-    n = 200 if split == "train" else 50
-    labels = rng.integers(0, 10, size=n)
-    images = patterns[labels] + rng.uniform(0, 55, size=(n, 6, 6))
-    return images.astype(np.uint8), labels.astype(np.int64)
+_fake_mnist = patterned_digits(6, 200, 50)
 
 
 class InterruptError(Exception):

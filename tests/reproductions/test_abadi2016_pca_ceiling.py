@@ -6,25 +6,18 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from dpcore.errors import InvalidParameterError
 from reproductions import scoreboard
 from reproductions.abadi2016 import mnist_core, pca_ceiling, sweeps
 from reproductions.harness import Output
+from tests.reproductions.mnist_images import patterned_digits
 
 MNIST_SIZE = 60_000
 
 
-def _fake_mnist(split: str) -> tuple[np.ndarray, np.ndarray]:
-    """Separable 28 x 28 digits: a fixed pattern per class plus noise (no download)."""
-    rng = np.random.default_rng(0 if split == "train" else 1)
-    patterns = np.random.default_rng(7).uniform(0, 200, size=(10, 28, 28))
-    n = 1200 if split == "train" else 100
-    labels = rng.integers(0, 10, size=n)
-    images = patterns[labels] + rng.uniform(0, 55, size=(n, 28, 28))
-    return images.astype(np.uint8), labels.astype(np.int64)
+_fake_mnist = patterned_digits(28, 1200, 100)
 
 
 @pytest.fixture

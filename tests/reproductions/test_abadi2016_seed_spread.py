@@ -32,6 +32,7 @@ from reproductions.abadi2016.seed_spread import (
 )
 from reproductions.abadi2016.sweeps import SweepConfig
 from reproductions.harness import Output, TrainingSpec
+from tests.reproductions.mnist_images import patterned_digits
 
 TINY = SeedSpreadConfig(
     profile="test",
@@ -51,13 +52,7 @@ SWEEP_POINTS = [
 PER_LAYER_SWEEP = [(per_layer_axis(axis), value) for axis, value in SWEEP_POINTS[:3]]
 
 
-def _fake_mnist(split: str) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(0 if split == "train" else 1)
-    patterns = np.random.default_rng(7).uniform(0, 200, size=(10, 5, 5))
-    n = 200 if split == "train" else 50
-    labels = rng.integers(0, 10, size=n)
-    images = patterns[labels] + rng.uniform(0, 55, size=(n, 5, 5))
-    return images.astype(np.uint8), labels.astype(np.int64)
+_fake_mnist = patterned_digits(5, 200, 50)
 
 
 @pytest.fixture

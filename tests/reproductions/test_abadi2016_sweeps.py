@@ -10,7 +10,6 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from dpcore.accountants import MomentsAccountant
@@ -19,6 +18,7 @@ from dpcore.events import ComposedEvent, GaussianEvent, dpsgd_event
 from reproductions.abadi2016 import mnist_core, sweeps
 from reproductions.abadi2016.sweeps import SweepConfig
 from reproductions.harness import ROOT, Output
+from tests.reproductions.mnist_images import patterned_digits
 
 TINY = SweepConfig(
     profile="test",
@@ -33,13 +33,7 @@ TINY = SweepConfig(
 )
 
 
-def _fake_mnist(split: str) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(0 if split == "train" else 1)
-    patterns = np.random.default_rng(7).uniform(0, 200, size=(10, 5, 5))
-    n = 200 if split == "train" else 50
-    labels = rng.integers(0, 10, size=n)
-    images = patterns[labels] + rng.uniform(0, 55, size=(n, 5, 5))
-    return images.astype(np.uint8), labels.astype(np.int64)
+_fake_mnist = patterned_digits(5, 200, 50)
 
 
 @pytest.fixture(autouse=True)
