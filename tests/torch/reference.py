@@ -44,3 +44,23 @@ def loop_clipped_sum(
         sum(float(c) * row[k] for c, row in zip(factors, gradients, strict=True))
         for k in range(len(gradients[0]))
     ]  # type: ignore[misc]
+
+
+def assert_matches_loop(
+    engine: Any,
+    model: nn.Module,
+    inputs: Batch,
+    targets: Batch,
+    loss_fn: Callable[[Any, Any], torch.Tensor],
+    tolerance: float,
+) -> None:
+    """The engine's per-example norms and clipped sum on one lot equal the loop's, clipping at
+    the median norm (so that some examples are clipped and some are not)."""
+    gradients = loop_gradients(model, inputs, targets, loss_fn)
+    norms = loop_norms(gradients)
+    engine.max_grad_norm = float(norms.median())
+    lot = engine.clipped_sum(inputs, targets, loss_fn)
+    torch.testing.assert_close(lot.norms, norms, atol=tolerance, rtol=0)
+    expected = loop_clipped_sum(gradients, engine.max_grad_norm)
+    for found, wanted in zip(lot.summed, expected, strict=True):
+        torch.testing.assert_close(found, wanted, atol=tolerance, rtol=0)

@@ -16,7 +16,7 @@ from torch import nn
 from dpcore.torch.engines import make_engine
 from dpcore.torch.errors import IncompatibleModelError
 from dpcore.torch.per_example.fast import FastEngine
-from tests.torch.reference import loop_clipped_sum, loop_gradients, loop_norms
+from tests.torch.reference import assert_matches_loop
 
 CROSS_ENTROPY = nn.CrossEntropyLoss(reduction="none")
 TOLERANCE = 1e-10
@@ -81,15 +81,7 @@ def _lot(size: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _check_exact(engine: object, model: nn.Module, size: int) -> None:
-    inputs, targets = _lot(size, seed=size)
-    gradients = loop_gradients(model, inputs, targets, CROSS_ENTROPY)
-    norms = loop_norms(gradients)
-    bound = float(norms.median())
-    engine.max_grad_norm = bound  # type: ignore[attr-defined]
-    lot = engine.clipped_sum(inputs, targets, CROSS_ENTROPY)  # type: ignore[attr-defined]
-    assert float((lot.norms - norms).abs().max()) <= TOLERANCE
-    for got, expected in zip(lot.summed, loop_clipped_sum(gradients, bound), strict=True):
-        assert float((got - expected).abs().max()) <= TOLERANCE
+    assert_matches_loop(engine, model, *_lot(size, seed=size), CROSS_ENTROPY, TOLERANCE)
 
 
 @pytest.mark.parametrize("unfollowed", [False, True])
@@ -156,12 +148,4 @@ def test_opt_trains_exactly_on_the_fast_path() -> None:
     engine.prepare(*lot(5), loss)
     assert engine.name == "fast"
     for size in (1, 4):
-        inputs, targets = lot(size)
-        gradients = loop_gradients(model, inputs, targets, loss)
-        norms = loop_norms(gradients)
-        engine.max_grad_norm = float(norms.median())
-        got = engine.clipped_sum(inputs, targets, loss)
-        assert float((got.norms - norms).abs().max()) <= TOLERANCE
-        expected = loop_clipped_sum(gradients, engine.max_grad_norm)
-        for summed, reference in zip(got.summed, expected, strict=True):
-            assert float((summed - reference).abs().max()) <= TOLERANCE
+        assert_matches_loop(engine, model, *lot(size), loss, TOLERANCE)
