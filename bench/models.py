@@ -141,7 +141,7 @@ WIDE_SIZES = Sizes(
 #: The sizes a row can be measured at, by name (the name is what a :class:`ModelRun` holds).
 SIZE_PROFILES = {"default": DEFAULT_SIZES, "wide": WIDE_SIZES}
 #: The models measured again at :data:`WIDE_SIZES` in the full profile.
-WIDE_MODELS = ("bert", "gpt2", "llama", "vit", "lora_bert", "lora_llama")
+WIDE_MODELS = ("bert", "gpt2", "llama", "opt", "vit", "lora_bert", "lora_llama")
 #: Interleaved repetitions of a wide row (each step about a second).
 WIDE_REPETITIONS = 9
 

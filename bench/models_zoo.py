@@ -2,8 +2,8 @@
 
 Each model is built from its library's own config class (transformers, peft; timm where it is
 installed), so nothing is downloaded: BERT, RoBERTa and DistilBERT sequence classifiers (called
-with an ``attention_mask`` padding a different number of positions per example), GPT-2 and
-Llama causal LMs, a ViT image classifier, rank-4 LoRA adapters (peft) on BERT and Llama,
+with an ``attention_mask`` padding a different number of positions per example), GPT-2, Llama
+and OPT causal LMs, a ViT image classifier, rank-4 LoRA adapters (peft) on BERT and Llama,
 torch's own ``nn.TransformerEncoder`` under a token embedding and a linear head, and the timm
 families people fine-tune with DP: ResNet-18 with GroupNorm, ViT-tiny, ConvNeXt (``LayerNorm2d``,
 depthwise convolutions, layer scale), NFNet-F0 and NF-ResNet (``ScaledStdConv2d``: weight
@@ -283,6 +283,26 @@ def llama(sizes: Sizes = DEFAULT_SIZES) -> Any:
     return LlamaForCausalLM(config)
 
 
+def opt(sizes: Sizes = DEFAULT_SIZES) -> Any:
+    """``OPTForCausalLM`` (its feed-forward block runs on the tokens flattened to ``(batch * T,
+    d)``)."""
+    from transformers import OPTConfig, OPTForCausalLM
+
+    config = OPTConfig(
+        vocab_size=sizes.vocabulary,
+        hidden_size=sizes.width,
+        word_embed_proj_dim=sizes.width,
+        ffn_dim=sizes.feed_forward,
+        num_hidden_layers=sizes.layers,
+        num_attention_heads=sizes.heads,
+        max_position_embeddings=sizes.sequence_length + 16,
+        dropout=0.0,
+        attention_dropout=0.0,
+        layerdrop=0.0,
+    )
+    return OPTForCausalLM(config)
+
+
 def vit(sizes: Sizes = DEFAULT_SIZES) -> Any:
     """``ViTForImageClassification``."""
     from transformers import ViTConfig, ViTForImageClassification
@@ -518,6 +538,7 @@ MODELS: dict[str, ModelRecipe] = {
         ModelRecipe("bert", "transformers", "BertForSequenceClassification", bert, classifier_lot),
         ModelRecipe("gpt2", "transformers", "GPT2LMHeadModel", gpt2, lm_lot),
         ModelRecipe("llama", "transformers", "LlamaForCausalLM", llama, lm_lot),
+        ModelRecipe("opt", "transformers", "OPTForCausalLM", opt, lm_lot),
         ModelRecipe("vit", "transformers", "ViTForImageClassification", vit, image_lot),
         ModelRecipe(
             "roberta", "transformers", "RobertaForSequenceClassification", roberta, classifier_lot
