@@ -555,7 +555,7 @@ class BatchDataflow(TorchFunctionMode):
         if batched:
             dim = self._output_dim(func, args, kwargs, batched, result, dims)
             rows = 0
-            if dim < 0 and isinstance(result, torch.Tensor) and outputs == [result]:
+            if dim < 0 and isinstance(result, torch.Tensor) and outputs[0] is result:
                 dim, rows = self._flattened_layout(func, args, batched, result)
             for tensor in outputs:
                 key = id(tensor)
