@@ -115,6 +115,8 @@ class ShapeTrustingEngine(FastEngine):
         batched = first is not None and first.dim() > 0 and first.shape[0] == self._lot_size
         layer.batched.append(batched)
         if batched:
+            assert first is not None
+            dataflow.mark_batched(first)  # the table's indices are taken for examples too
             dataflow.enter_layer()
         return None
 

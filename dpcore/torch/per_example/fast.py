@@ -500,7 +500,10 @@ class FastEngine(PerExampleEngine):
         operation; either runs again: once per layer and setting, usually on the first trial
         lot only.
         """
-        while True:
+        # each re-run sets one more layer or meeting to copy or to follow operation by
+        # operation, so a correct pass settles within this many; more is a loop, refused
+        limit = 4 * len(self._layers) + 2 * len(self.named_parameters) + 8
+        for _ in range(limit):
             try:
                 return self._pass_once(inputs, targets, loss_fn, reference=reference)
             except _RerunError:
@@ -509,6 +512,11 @@ class FastEngine(PerExampleEngine):
                 raise
             except Exception as error:  # sorted: the model's error or the path's
                 self._raise_path_failure(error, inputs, targets, loss_fn)
+        raise IncompatibleModelError(
+            f"The fast path's forward did not settle after {limit} re-runs (each should set one "
+            "more layer to copy its tensors or to be followed operation by operation). Use "
+            "VmapEngine (exact, any module) instead."
+        )
 
     def _raise_path_failure(
         self, error: Exception, inputs: Batch, targets: Batch, loss_fn: LossFunction

@@ -532,3 +532,25 @@ class _ScaledInPlace(_TokenTypes):
 def test_a_lookup_written_in_place_is_pulled_back_through_autograd() -> None:
     torch.manual_seed(3)
     check_against_loop(_ScaledInPlace(None).double(), batch_size=5)
+
+
+def test_a_forward_that_never_settles_is_refused_not_looped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every re-run of the pass sets one more layer to copy or to trace; a pass that asks for
+    re-runs without end (a subclass that undoes the setting, as an audit's planted engine once
+    did) is a typed refusal after a bounded number, not a hang."""
+    from dpcore.torch.per_example import fast
+
+    calls = []
+
+    def rerun(*args: object, **kwargs: object) -> None:
+        calls.append(1)
+        raise fast._RerunError
+
+    model = nn.Sequential(nn.Linear(3, 2))
+    engine = FastEngine(model, max_grad_norm=1.0)
+    monkeypatch.setattr(engine, "_pass_once", rerun)
+    with pytest.raises(IncompatibleModelError, match="did not settle"):
+        engine._pass(torch.randn(4, 3), torch.tensor([0, 1, 0, 1]), CROSS_ENTROPY, reference=False)
+    assert 1 < len(calls) <= 4 * len(engine._layers) + 2 * len(engine.named_parameters) + 8
