@@ -272,8 +272,9 @@ def _pca_ceiling(output: Output, dims: str, paper_value: float) -> str | None:
         f"plain SGD on shuffled lots of the same size with the private runs' schedule, "
         f"{run['epochs']} epochs = {run['steps']} steps, at least the private point's "
         f"{run['private_steps']}): mean {entry['mean']:.4f}, max {entry['max']:.4f} over "
-        f"{entry['n']} seeds, figures/{PCA_CEILING}.json; clipping and noise cannot raise it, so "
-        f"the setup the paper describes does not give its value"
+        f"{entry['n']} seeds, figures/{PCA_CEILING}.json; clipping and noise are not expected to "
+        f"raise a model above its non-private accuracy, so the setup the paper describes is not "
+        f"expected to give its value"
     )
 
 

@@ -9,10 +9,11 @@ rows, uncentred ``A^T A``, its top k directions: :func:`~reproductions.abadi2016
 dp_pca_directions` with noise 0, on every training row) -- with plain SGD on shuffled lots of
 the private runs' size and their learning-rate schedule (:func:`~reproductions.abadi2016.
 mnist_core.train_baseline`), for at least as many steps as the private sweep point trains (its
-epochs to eps = 2, rounded up to whole epochs), at several seeds. Neither clipping nor noise
-can raise a model's accuracy above what this gives; where the paper's reading lies above every
-seed's, the paper's value is not reachable with the setup the paper describes (its plot, or a
-setup it does not describe, differs), and the scoreboard says so with these numbers. The
+epochs to eps = 2, rounded up to whole epochs), at several seeds. Clipping and noise are not
+expected to raise a model's accuracy above what this gives (noise can regularise, but not by
+the margins in question); where the paper's reading lies above every seed's, the paper's value
+is not expected from the setup the paper describes (its plot, or a setup it does not describe,
+differs), and the scoreboard says so with these numbers. The
 reference projection (60), where the paper and ours agree within about a point, is trained the
 same way beside it.
 
