@@ -7,7 +7,12 @@ are the same as in this process (every run has its own seed). Finished runs are 
 audits' run stores (``audits/results/runs/``), so an interrupted audit resumes.
 
 ``--profile`` (``quick``, the default, or ``full``) sizes the audits that have profiles (the
-multi-run black-box membership audit); the others ignore it.
+multi-run black-box membership audit); the others ignore it. A full profile keeps its finished
+runs in a committed run bundle (``audits/results/checkpoints/``) after every row, so a profile
+longer than one machine's session resumes from a fresh checkout.
+
+``--settings TEXT ...`` audits only the settings whose names contain one of the texts (the
+black-box audit's profiles); the saved rows of the other settings stay.
 """
 
 from __future__ import annotations
@@ -57,6 +62,10 @@ AUDITS: dict[str, tuple[Callable[..., Any], Callable[[], None]]] = {
 }
 
 
+#: the run bundles the full profiles resume from (committed, see :mod:`dpcore.runs.bundle`)
+CHECKPOINTS = {"blackbox": blackbox.CHECKPOINT}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m audits", description=__doc__)
     parser.add_argument("--only", nargs="+", choices=sorted(AUDITS), default=None)
@@ -71,6 +80,14 @@ def main(argv: list[str] | None = None) -> int:
         default="quick",
         help="size of the audits that have profiles (quick: minutes on 2 cores)",
     )
+    parser.add_argument(
+        "--settings",
+        nargs="+",
+        default=None,
+        metavar="TEXT",
+        help="audit only the settings whose names contain one of these texts (audits with "
+        "several settings; the saved rows of the others stay)",
+    )
     args = parser.parse_args(argv)
     if args.executor is not None:
         try:
@@ -81,10 +98,17 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         run, write_report = AUDITS[name]
         options: dict[str, Any] = {}
-        if "profile" in inspect.signature(run).parameters:
+        accepted = inspect.signature(run).parameters
+        if "profile" in accepted:
             options["profile"] = args.profile
+        if args.profile == "full" and "checkpoint" in accepted:
+            options["checkpoint"] = CHECKPOINTS[name]
+        if args.settings is not None:
+            if "setting_names" not in accepted:
+                parser.error(f"--settings: the {name!r} audit has no settings to choose from")
+            options["setting_names"] = args.settings
         if args.executor is not None:
-            if "executor" in inspect.signature(run).parameters:
+            if "executor" in accepted:
                 options["executor"] = args.executor
             else:
                 print(f"{name}: --executor not used (it runs in this process)")

@@ -18,7 +18,7 @@ Steinke et al.'s Thm 5.2 and the f-DP one-run bound.
 
 from __future__ import annotations
 
-from audits.blackbox.audit import run
+from audits.blackbox.audit import CHECKPOINT, run
 from audits.blackbox.report import write_report
 
-__all__ = ["run", "write_report"]
+__all__ = ["CHECKPOINT", "run", "write_report"]

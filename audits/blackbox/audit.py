@@ -12,10 +12,13 @@ import dataclasses
 import importlib.metadata
 import sys
 import time
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from audits import results_io
 from audits.blackbox import data, profiles, scores, settings, training
 from audits.blackbox.decision import decide
 from audits.blackbox.profiles import Profile
@@ -23,11 +26,33 @@ from audits.blackbox.scores import MEMBERSHIP_SIGN, SCORES
 from audits.blackbox.settings import BlackBoxRun, BlackBoxSetting
 from audits.results_io import run_store, save
 from dpcore.accountants import PldAccountant
+from dpcore.errors import InvalidParameterError
 from dpcore.events import dpsgd_event
-from dpcore.runs import ExecutorChoice, RunStore, SupportsSubmit, machine, run_many
+from dpcore.provenance import provenance
+from dpcore.runs import (
+    ExecutorChoice,
+    RunStore,
+    SupportsSubmit,
+    export_runs,
+    import_runs,
+    machine,
+    run_many,
+)
 from dpcore.validation import check_count
 
-__all__ = ["ANCHOR", "SOURCES", "audit_setting", "results_name", "run", "runs_of", "store"]
+__all__ = [
+    "ANCHOR",
+    "CHECKPOINT",
+    "SOURCES",
+    "audit_setting",
+    "merged",
+    "plan_runs",
+    "results_name",
+    "run",
+    "runs_of",
+    "select",
+    "store",
+]
 
 #: The code that determines a run's result (its fingerprint keys the run store; Opacus' own
 #: version is in each result's provenance).
@@ -46,6 +71,10 @@ SOURCES = (
     "dpcore.torch.samplers",
     "dpcore.torch.training",
 )
+
+#: The full profile's run bundle (committed): the finished runs of the settings still being
+#: audited, so the profile, about a day of one core, resumes on a fresh checkout.
+CHECKPOINT = results_io.RESULTS / "checkpoints" / "blackbox.jsonl"
 
 #: The published black-box result the strongest setting is compared with.
 ANCHOR = {
@@ -156,11 +185,58 @@ def audit_setting(
     }
 
 
+def select(plan: Profile, wanted: Sequence[str] | None) -> Profile:
+    """The settings of ``plan`` whose names contain one of ``wanted`` (case-insensitive).
+
+    Raises:
+        InvalidParameterError: an entry of ``wanted`` matches no setting of the profile (the
+            message lists the profile's setting names).
+    """
+    if wanted is None:
+        return plan
+    names = [setting.name for setting, _ in plan.audits]
+    for text in wanted:
+        if not any(text.lower() in name.lower() for name in names):
+            raise InvalidParameterError(
+                "setting_names", f"parts of the {plan.name!r} profile's setting names {names}", text
+            )
+    kept = tuple(
+        (setting, runs)
+        for setting, runs in plan.audits
+        if any(text.lower() in setting.name.lower() for text in wanted)
+    )
+    return dataclasses.replace(plan, audits=kept)
+
+
+def plan_runs(plan: Profile) -> list[BlackBoxRun]:
+    """Every run of a profile (each setting's runs at each claim)."""
+    return [
+        spec
+        for setting, runs_per_world in plan.audits
+        for epsilon in plan.epsilons
+        for spec in runs_of(setting, epsilon, runs_per_world)
+    ]
+
+
+def merged(
+    saved: list[dict[str, Any]], meta: dict[str, Any] | None, new: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """``new`` rows in place of the saved rows of the same (setting, claim); every other saved
+    row is kept, stamped with the commit and date of the file it came from when it has none
+    (so a table assembled over several commits says which row was measured where)."""
+    fresh = {(row["setting_name"], row["epsilon"]) for row in new}
+    stamp = {"commit": (meta or {}).get("commit"), "created": (meta or {}).get("created")}
+    kept = [{**stamp, **row} for row in saved if (row["setting_name"], row["epsilon"]) not in fresh]
+    return kept + new
+
+
 def run(
     profile: str = "quick",
     *,
     executor: str | ExecutorChoice | SupportsSubmit | None = None,
     chosen: Profile | None = None,
+    setting_names: Sequence[str] | None = None,
+    checkpoint: str | Path | None = None,
     progress: bool = True,
 ) -> list[dict[str, Any]]:
     """Audit every (setting, claim) of a profile; save its results as rows come
@@ -171,25 +247,50 @@ def run(
         executor: where the runs go (see :func:`dpcore.runs.run_many`); the rows are the same
             for every executor (each run has its own seed).
         chosen: a profile to run instead of the named one (tests, partial measurements).
+        setting_names: audit only the profile's settings whose names contain one of these texts;
+            their rows replace the saved rows of the same (setting, claim), the other saved
+            rows stay (each keeps the commit it was measured at).
+        checkpoint: a run bundle (:mod:`dpcore.runs.bundle`) to resume from and to keep
+            up to date after every row, so a profile too long for one machine's session can
+            be carried to the next (``python -m audits`` uses :data:`CHECKPOINT` for the full
+            profile).
         progress: show progress bars.
 
     Returns:
-        The rows, one per (setting, claim).
+        The rows audited by this call, one per (setting, claim).
 
     Raises:
-        InvalidParameterError: an unknown profile name.
+        InvalidParameterError: an unknown profile name or setting; a damaged checkpoint
+            (before any run).
         RunsFailedError: runs still failed after a retry.
     """
-    plan = chosen if chosen is not None else profiles.profile(profile)
+    whole = chosen if chosen is not None else profiles.profile(profile)
+    plan = select(whole, setting_names)
     kept = store()
+    if checkpoint is not None:
+        imported = import_runs(kept, plan_runs(whole), checkpoint)
+        if progress and (imported.added or imported.other_code):
+            print(
+                f"{checkpoint}: {imported.added} finished runs resumed"
+                + (
+                    f", {imported.other_code} of other code not used" if imported.other_code else ""
+                ),
+                flush=True,
+            )
+    stem = results_name(whole.name)
+    previous: list[dict[str, Any]] = []
+    meta = results_io.load_meta(stem)
+    if setting_names is not None and (results_io.RESULTS / f"{stem}.json").exists():
+        previous = results_io.load(stem)
     rows: list[dict[str, Any]] = []
+    stamp = provenance(root=results_io.ROOT)
     config = {
-        "profile": plan.name,
+        "profile": whole.name,
         "audits": [
             {"setting": dataclasses.asdict(setting), "runs_per_world": runs}
-            for setting, runs in plan.audits
+            for setting, runs in whole.audits
         ],
-        "epsilons": list(plan.epsilons),
+        "epsilons": list(whole.epsilons),
         "executor": str(executor) if executor is not None else "local",
         "hardware": {k: v for k, v in machine().items() if k != "host"},
         "torch": sys.modules["torch"].__version__,
@@ -206,6 +307,23 @@ def run(
                 run_store=kept,
                 progress=progress,
             )
-            rows.append({**row, "profile": plan.name})
-        save(results_name(plan.name), rows, config)
+            rows.append(
+                {
+                    **row,
+                    "profile": whole.name,
+                    "commit": stamp["commit"],
+                    "created": stamp["created"],
+                }
+            )
+            if checkpoint is not None:
+                export_runs(kept, plan_runs(whole), checkpoint)
+        save(stem, _in_profile_order(whole, merged(previous, meta, rows)), config)
     return rows
+
+
+def _in_profile_order(plan: Profile, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows sorted by their setting's place in the profile, then by claim (others last)."""
+    place = {setting.name: index for index, (setting, _) in enumerate(plan.audits)}
+    return sorted(
+        rows, key=lambda row: (place.get(row["setting_name"], len(place)), row["epsilon"])
+    )

@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+from dpcore.runs.bundle import Imported, export_runs, import_runs, read_bundle
 from dpcore.runs.errors import EngineMissingError, RunNotFoundError, RunsFailedError
 from dpcore.runs.executors import (
     EXECUTOR_FORMS,
@@ -41,6 +42,7 @@ __all__ = [
     "EXECUTOR_FORMS",
     "EngineMissingError",
     "ExecutorChoice",
+    "Imported",
     "OneAtATime",
     "RayExecutor",
     "RunNotFoundError",
@@ -52,10 +54,13 @@ __all__ = [
     "SupportsSubmit",
     "check_spec",
     "code_fingerprint",
+    "export_runs",
+    "import_runs",
     "machine",
     "one_at_a_time",
     "open_executor",
     "parse_executor",
+    "read_bundle",
     "run_many",
     "spec_json",
     "spec_key",

@@ -205,3 +205,82 @@ def test_bad_audit_arguments_are_refused_before_any_run(
         audit.audit_setting(TINY, epsilon, runs, run_store=store, progress=False)
     assert raised.value.parameter == parameter
     assert not any(tmp_path.iterdir())
+
+
+def test_chosen_settings_replace_their_rows_and_keep_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A profile audited setting by setting: each call replaces its own rows only, the kept rows
+    are stamped with the commit of the file they came from, and the table names that commit."""
+    monkeypatch.setattr(results_io, "RESULTS", tmp_path)
+    other = dataclasses.replace(TINY, name="other: random init", init="random")
+    plan = Profile("tiny", ((TINY, 8), (other, 8)), epsilons=(4.0,))
+    audit.run(chosen=plan, setting_names=["RANDOM"], progress=False)
+    (only,) = json.loads((tmp_path / "blackbox_tiny.json").read_text())
+    assert only["setting_name"] == "other: random init" and only["commit"]
+    meta_path = tmp_path / "blackbox_tiny.meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta_path.write_text(json.dumps({**meta, "commit": "earlier"}))  # as if measured before
+    saved = json.loads((tmp_path / "blackbox_tiny.json").read_text())
+    (tmp_path / "blackbox_tiny.json").write_text(
+        json.dumps(
+            [{k: v for k, v in row.items() if k not in ("commit", "created")} for row in saved]
+        )
+    )
+    (new,) = audit.run(chosen=plan, setting_names=["tiny"], progress=False)[:1]
+    rows = json.loads((tmp_path / "blackbox_tiny.json").read_text())
+    assert [row["setting_name"] for row in rows] == ["tiny", "other: random init"]  # profile order
+    assert rows[1]["commit"] == "earlier" and rows[0]["commit"] == new["commit"]
+    assert rows[1]["epsilon_lower"] == only["epsilon_lower"]
+    report.write_report("blackbox_tiny")
+    assert (
+        "Rows of other: random init: commit `earlier`"
+        in (tmp_path / "blackbox_tiny.md").read_text()
+    )
+    with pytest.raises(InvalidParameterError, match="setting_names"):
+        audit.run(chosen=plan, setting_names=["no such setting"], progress=False)
+
+
+def test_a_checkpoint_carries_finished_runs_to_a_fresh_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The full profile's run bundle: written after every row, read back into an empty store
+    (a fresh checkout), after which no run is trained again."""
+    monkeypatch.setattr(results_io, "RESULTS", tmp_path)
+    monkeypatch.setattr(results_io, "RUNS", tmp_path / "runs")
+    plan = Profile("tiny", ((TINY, 8),), epsilons=(4.0, 10.0))
+    bundle = tmp_path / "checkpoints" / "blackbox.jsonl"
+    first = audit.run(chosen=plan, checkpoint=bundle, progress=False)
+    assert len(bundle.read_text().splitlines()) == 2 * 2 * 8
+    for folder in (tmp_path / "runs").iterdir():  # a fresh checkout: no run store
+        import shutil
+
+        shutil.rmtree(folder)
+
+    def never(spec: BlackBoxRun) -> object:
+        raise AssertionError(f"{spec} trained again")
+
+    monkeypatch.setattr(training, "execute", never)
+    again = audit.run(chosen=plan, checkpoint=bundle, progress=False)
+    assert [_without_timing(row) for row in again] == [
+        {**_without_timing(row), "created": again[0]["created"]} for row in first
+    ]
+
+
+def test_the_command_line_passes_settings_and_the_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from audits import __main__ as cli
+    from audits.blackbox import profiles
+
+    monkeypatch.setattr(results_io, "RESULTS", tmp_path)
+    other = dataclasses.replace(TINY, name="other: random init", init="random")
+    monkeypatch.setitem(profiles.PROFILES, "full", Profile("full", ((TINY, 8), (other, 8)), (4.0,)))
+    bundle = tmp_path / "checkpoints" / "blackbox.jsonl"
+    monkeypatch.setitem(cli.CHECKPOINTS, "blackbox", bundle)
+    assert cli.main(["--only", "blackbox", "--profile", "full", "--settings", "random"]) == 0
+    (row,) = json.loads((tmp_path / "blackbox.json").read_text())
+    assert row["setting_name"] == "other: random init"
+    assert len(bundle.read_text().splitlines()) == 16
+    with pytest.raises(SystemExit):
+        cli.main(["--only", "mechanisms", "--settings", "random"])
