@@ -175,7 +175,7 @@ class DistributedDPTrainer:
         noise_multiplier: sigma > 0.
         max_grad_norm: the clipping norm C > 0.
         sampling_probability: q in (0, 1], the global Poisson rate.
-        engine: ``"auto"``, ``"fast"``, ``"vmap"`` (exact) or ``"jl"`` (DP-SGD-JL with
+        engine: ``"auto"``, ``"fast"``, ``"vmap"``, ``"loop"`` (exact) or ``"jl"`` (DP-SGD-JL with
             ``jl_dimension``: every rank draws the step's r directions from a source seeded
             alike, every step, so all ranks project on the same directions).
         jl_dimension: r for ``engine="jl"``.

@@ -23,25 +23,30 @@ from dpcore.torch.per_example.base import (
 )
 from dpcore.torch.per_example.fast import FastEngine
 from dpcore.torch.per_example.jl import JLEngine
+from dpcore.torch.per_example.loop import LoopEngine
 from dpcore.torch.per_example.vmap import VmapEngine
 
 __all__ = ["ENGINE_NAMES", "AutoEngine", "make_engine"]
 
-#: ``auto`` uses ``fast`` when the model passes the fast path's trial lots, else ``vmap``.
-ENGINE_NAMES = ("auto", "fast", "vmap", "jl")
+#: ``auto`` uses ``fast`` when the model passes the fast path's trial lots, else ``vmap``, else
+#: ``loop``; ``jl`` estimates the norms (DP-SGD-JL).
+ENGINE_NAMES = ("auto", "fast", "vmap", "loop", "jl")
 
 
 class AutoEngine(PerExampleEngine):
-    """The fast engine where it is exact for the model, else the vmap engine.
+    """The fast engine where it is exact for the model, else the vmap engine, else the loop.
 
     The choice is made once, by :meth:`prepare` (trial lots whose sizes differ from every
     dimension of the model, :mod:`dpcore.torch.per_example.trial`), so it does not depend on the
     lot size: a model accepted here trains at every lot size, empty lots included. When the
     fast path refuses the model, an :class:`~dpcore.torch.errors.EngineFallbackWarning` names the
-    parameter that forced the vmap engine. A model whose examples interact raises
-    :class:`~dpcore.torch.errors.ExamplesInteractError`; a model that both exact engines refuse
-    (the fast path cannot attribute a parameter, and vmap cannot run the model, e.g. a Hugging
-    Face text model whose attention-mask utilities branch on the data) raises one
+    parameter that forced the vmap engine; when vmap cannot run it either (``nn.GRU``, a Hugging
+    Face text model whose attention-mask utilities branch on the data, routing that indexes the
+    lot), the warning gives both reasons and the loop engine
+    (:class:`~dpcore.torch.per_example.loop.LoopEngine`, one backward pass per example) trains
+    it. A model whose examples interact raises
+    :class:`~dpcore.torch.errors.ExamplesInteractError`; a model that all three exact engines
+    refuse (an operation without a derivative) raises one
     :class:`~dpcore.torch.errors.NoExactEngineError` listing each engine's reason.
 
     Not prepared explicitly, it prepares on its first non-empty lot (with that lot's examples).
@@ -54,35 +59,45 @@ class AutoEngine(PerExampleEngine):
         self.chosen: PerExampleEngine | None = None
         self.name = "auto"  # the chosen engine's name once chosen
 
+    def _build(self, engine: type[PerExampleEngine]) -> PerExampleEngine:
+        return engine(self.model, max_grad_norm=self.max_grad_norm, nonfinite=self.nonfinite)
+
     def prepare(self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction) -> None:
         try:  # a handled layer's configuration (a sparse embedding) is refused at construction
-            fast = FastEngine(
-                self.model, max_grad_norm=self.max_grad_norm, nonfinite=self.nonfinite
-            )
+            fast = self._build(FastEngine)
             fast.prepare(inputs, targets, loss_fn)
             chosen: PerExampleEngine = fast
         except ExamplesInteractError:
             raise  # no engine can clip such a model
         except IncompatibleModelError as error:
-            vmap = VmapEngine(
-                self.model, max_grad_norm=self.max_grad_norm, nonfinite=self.nonfinite
-            )
             names = getattr(error, "parameters", None)
+            culprit = f"parameter {names[0]!r}" if names else "this model"
+            vmap = self._build(VmapEngine)
             try:
                 vmap.prepare(inputs, targets, loss_fn)
+                chosen = vmap
+                message = (
+                    f"engine='auto' trains this model with the vmap engine (exact, slower): the "
+                    f"fast path cannot attribute {culprit} to examples ({error})"
+                )
             except ExamplesInteractError:
                 raise
             except IncompatibleModelError as refused:
-                reasons = {"fast": str(error), "vmap": str(refused)}
-                raise NoExactEngineError(reasons, names) from refused
-            culprit = f"parameter {names[0]!r}" if names else "this model"
-            warnings.warn(
-                f"engine='auto' trains this model with the vmap engine (exact, slower): the fast "
-                f"path cannot attribute {culprit} to examples ({error})",
-                EngineFallbackWarning,
-                stacklevel=3,
-            )
-            chosen = vmap
+                loop = self._build(LoopEngine)
+                try:
+                    loop.prepare(inputs, targets, loss_fn)
+                except ExamplesInteractError:
+                    raise
+                except IncompatibleModelError as last:
+                    reasons = {"fast": str(error), "vmap": str(refused), "loop": str(last)}
+                    raise NoExactEngineError(reasons, names) from last
+                chosen = loop
+                message = (
+                    "engine='auto' trains this model with the loop engine (exact, one backward "
+                    f"pass per example): the fast path cannot attribute {culprit} to examples "
+                    f"({error}); and {refused}"
+                )
+            warnings.warn(message, EngineFallbackWarning, stacklevel=3)
         if not chosen.prepared:  # no finite example to try on yet
             return
         self.chosen = chosen
@@ -142,4 +157,6 @@ def make_engine(
         return FastEngine(model, max_grad_norm=max_grad_norm, nonfinite=nonfinite)
     if engine == "vmap":
         return VmapEngine(model, max_grad_norm=max_grad_norm, nonfinite=nonfinite)
+    if engine == "loop":
+        return LoopEngine(model, max_grad_norm=max_grad_norm, nonfinite=nonfinite)
     return AutoEngine(model, max_grad_norm=max_grad_norm, nonfinite=nonfinite)

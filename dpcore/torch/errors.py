@@ -34,7 +34,7 @@ class NoExactEngineError(IncompatibleModelError):
     The message lists every engine's reason, one a line.
 
     Attributes:
-        reasons: by engine name (``"fast"``, ``"vmap"``), the message of its refusal.
+        reasons: by engine name (``"fast"``, ``"vmap"``, ``"loop"``), the message of its refusal.
         parameters: the parameters the fast path named (empty if it named none).
     """
 

@@ -511,7 +511,7 @@ def make_private(
             sigma (to 1 %) whose certified upper bound meets the target, never above it.
         target_delta: delta for ``target_epsilon``.
         epochs: planned epochs, for ``target_epsilon``.
-        engine: ``"auto"``, ``"fast"``, ``"vmap"`` or ``"jl"`` (with ``jl_dimension``).
+        engine: ``"auto"``, ``"fast"``, ``"vmap"``, ``"loop"`` or ``"jl"`` (with ``jl_dimension``).
         jl_dimension: r for the JL engine.
         split: ``split(data) -> (inputs, targets)`` of a collated micro-batch (default: the
             batch is an ``(inputs, targets)`` pair, or a dict whose ``"labels"`` are the

@@ -145,8 +145,9 @@ class DPTrainer:
         sampler: a :class:`PoissonSampler` (default analysis), a :class:`BallsInBinsSampler`
             (analysed per epoch as random allocation) or a :class:`ShuffledBatchSampler` (no
             valid upper bound; its statement carries a certified lower bound).
-        engine: ``"auto"``, ``"fast"``, ``"vmap"`` or ``"jl"``; every engine is checked on trial
-            lots built from the first examples at construction (``auto`` chooses there).
+        engine: ``"auto"``, ``"fast"``, ``"vmap"``, ``"loop"`` or ``"jl"``; every engine is
+            checked on trial lots built from the first examples at construction (``auto``
+            chooses there).
         jl_dimension: r for ``engine="jl"``.
         noise: the noise source (default seeded from ``seed``).
         seed: seeds the noise and the JL directions when their sources are not given.

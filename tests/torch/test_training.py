@@ -55,7 +55,8 @@ def _trainer(
 
 
 @pytest.mark.parametrize(
-    ("kind", "engine"), [("sgd", "vmap"), ("sgd", "fast"), ("adam", "auto"), ("adam", "jl")]
+    ("kind", "engine"),
+    [("sgd", "vmap"), ("sgd", "fast"), ("sgd", "loop"), ("adam", "auto"), ("adam", "jl")],
 )
 def test_kill_and_resume_matches_a_straight_run(kind: str, engine: str, tmp_path: Path) -> None:
     straight = _trainer(kind, engine)

@@ -5,8 +5,9 @@ has no batching rule for its in-place state updates, cuDNN's none at all: recurr
 refused on CUDA, :func:`check_vmappable`); for float64 or CUDA use the fast engine's
 :class:`~dpcore.torch.layers.DPLSTM` path. Materialises a ``(batch, *shape)`` gradient per
 parameter, so memory grows with ``batch x parameters``; ``chunk_size`` trades speed for memory.
-This is the reference engine: it works for every differentiable module whose examples are
-independent.
+It takes every differentiable module vmap can run whose examples are independent; what vmap
+cannot run (data-dependent control flow, operations without a batching rule, scripted modules,
+the native recurrence in float64) the loop engine (:mod:`dpcore.torch.per_example.loop`) takes.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from dpcore.torch.errors import (
     NoExactEngineError,
 )
 from dpcore.torch.per_example.layer_handlers import LinearHandler
+from tests.torch.reference import assert_matches_loop
 
 CROSS_ENTROPY = nn.CrossEntropyLoss(reduction="none")
 
@@ -30,21 +31,56 @@ class _BranchingOnData(nn.Module):
         self.head = nn.Linear(4, 2)
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        if bool((inputs > 0).any()):
+        if bool(torch.isfinite(inputs).all()):  # a branch on the data, the same for any lot
             inputs = inputs @ self.mixing
         return self.head(inputs)
 
 
+class _NoDerivative(torch.autograd.Function):
+    """An operation whose derivative was never written (a custom kernel's forward only)."""
+
+    @staticmethod
+    def forward(ctx: Any, inputs: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return inputs @ weight
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+        raise NotImplementedError("the kernel's backward is not implemented")
+
+
+class _Undifferentiable(_BranchingOnData):
+    """The data branch (no vmap) and a parameter behind an operation without a derivative."""
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        if bool(torch.isfinite(inputs).all()):
+            inputs = _NoDerivative.apply(inputs, self.mixing)
+        return self.head(inputs)
+
+
+def test_a_model_neither_fast_nor_vmap_takes_trains_on_the_loop_engine_exactly() -> None:
+    torch.manual_seed(0)
+    model = _BranchingOnData().double()
+    engine = make_engine(model, engine="auto", max_grad_norm=1.0)
+    inputs, targets = torch.randn(6, 4, dtype=torch.float64), torch.randint(0, 2, (6,))
+    with pytest.warns(EngineFallbackWarning, match="loop engine") as warned:
+        engine.prepare(inputs, targets, CROSS_ENTROPY)
+    message = str(warned[0].message)
+    assert "'mixing'" in message and "torch.func.vmap" in message  # both reasons given
+    assert engine.name == "loop"
+    assert_matches_loop(engine, model, inputs, targets, CROSS_ENTROPY, 1e-12)
+
+
 def test_a_model_no_engine_takes_gets_one_typed_error_with_each_reason() -> None:
     torch.manual_seed(0)
-    engine = make_engine(_BranchingOnData(), engine="auto", max_grad_norm=1.0)
+    engine = make_engine(_Undifferentiable(), engine="auto", max_grad_norm=1.0)
     with pytest.raises(NoExactEngineError) as refused:
         engine.prepare(torch.randn(6, 4), torch.randint(0, 2, (6,)), CROSS_ENTROPY)
     error = refused.value
     assert isinstance(error, IncompatibleModelError)
-    assert set(error.reasons) == {"fast", "vmap"}
+    assert set(error.reasons) == {"fast", "vmap", "loop"}
     assert "'mixing'" in error.reasons["fast"]
     assert "torch.func.vmap" in error.reasons["vmap"]
+    assert "backward is not implemented" in error.reasons["loop"]
     assert error.parameters == ["mixing"]
     message = str(error)
     assert all(f"- {name}: {reason}" in message for name, reason in error.reasons.items())

@@ -32,7 +32,7 @@ def _lot() -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(6, 4, generator=generator, dtype=torch.float64), torch.arange(6)
 
 
-@pytest.mark.parametrize("engine", ["auto", "fast", "vmap", "jl"])
+@pytest.mark.parametrize("engine", ["auto", "fast", "vmap", "loop", "jl"])
 def test_a_loss_over_the_lot_is_refused_by_every_engine(engine: str) -> None:
     torch.manual_seed(0)
     options = {"jl_dimension": 2} if engine == "jl" else {}

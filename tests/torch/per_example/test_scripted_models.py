@@ -1,9 +1,10 @@
-"""A TorchScript model (``torch.jit.script``): no engine can follow it, and the refusal is typed.
+"""A TorchScript model (``torch.jit.script``): the fast path and vmap cannot follow it, with typed
+refusals, and ``engine="auto"`` trains it on the loop engine.
 
 The fast path's hooks and data flow do not see inside a scripted module, and
-``torch.func.functional_call`` refuses jitted modules; ``engine="auto"`` must then raise one
-:class:`NoExactEngineError` (the vmap engine's own state restoring once raised a raw
-``AttributeError`` on the scripted module's parameter container, hiding the reason).
+``torch.func.functional_call`` refuses jitted modules (the vmap engine's own state restoring
+once raised a raw ``AttributeError`` on the scripted module's parameter container, hiding the
+reason); autograd on one example at a time runs it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import torch
 from torch import nn
 
 from dpcore.torch.engines import make_engine
-from dpcore.torch.errors import IncompatibleModelError, NoExactEngineError
+from dpcore.torch.errors import EngineFallbackWarning, IncompatibleModelError
+from tests.torch.reference import assert_matches_loop
 
 CROSS_ENTROPY = nn.CrossEntropyLoss(reduction="none")
 
@@ -33,11 +35,14 @@ def _lot() -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(6, 4, generator=generator), torch.tensor([0, 1, 2, 0, 1, 2])
 
 
-def test_auto_refuses_a_scripted_model_with_one_typed_error() -> None:
-    engine = make_engine(_scripted(), engine="auto", max_grad_norm=1.0)
-    with pytest.raises(NoExactEngineError, match="Jitted") as caught:
-        engine.prepare(*_lot(), CROSS_ENTROPY)
-    assert set(caught.value.reasons) == {"fast", "vmap"}
+def test_auto_trains_a_scripted_model_on_the_loop_engine_exactly() -> None:
+    model = _scripted().double()
+    inputs, targets = _lot()
+    engine = make_engine(model, engine="auto", max_grad_norm=1.0)
+    with pytest.warns(EngineFallbackWarning, match="Jitted"):
+        engine.prepare(inputs.double(), targets, CROSS_ENTROPY)
+    assert engine.name == "loop"
+    assert_matches_loop(engine, model, inputs.double(), targets, CROSS_ENTROPY, 1e-12)
 
 
 def test_vmap_refuses_a_scripted_model_and_leaves_it_usable() -> None:
@@ -71,6 +76,10 @@ class _PointerChecked(nn.Module):
 
 def test_an_error_other_than_runtime_error_under_vmap_is_a_typed_refusal() -> None:
     torch.manual_seed(0)
-    engine = make_engine(_PointerChecked(), engine="auto", max_grad_norm=1.0)
-    with pytest.raises(NoExactEngineError, match="the kernel needs a tensor with storage"):
+    engine = make_engine(_PointerChecked(), engine="vmap", max_grad_norm=1.0)
+    with pytest.raises(IncompatibleModelError, match="the kernel needs a tensor with storage"):
         engine.prepare(*_lot(), CROSS_ENTROPY)
+    auto = make_engine(_PointerChecked(), engine="auto", max_grad_norm=1.0)
+    with pytest.warns(EngineFallbackWarning, match="the kernel needs a tensor with storage"):
+        auto.prepare(*_lot(), CROSS_ENTROPY)
+    assert auto.name == "loop"

@@ -21,7 +21,7 @@ from dpcore.torch.engines import make_engine
 from dpcore.torch.errors import ExamplesInteractError
 
 CROSS_ENTROPY = nn.CrossEntropyLoss(reduction="none")
-ENGINES = ["auto", "fast", "vmap", "jl"]
+ENGINES = ["auto", "fast", "vmap", "loop", "jl"]
 
 
 class _TrainingCentering(nn.Module):
@@ -133,7 +133,7 @@ def test_the_check_restores_buffers_and_the_random_state() -> None:
     assert torch.equal(torch.get_rng_state(), state)
 
 
-@pytest.mark.parametrize("engine", ["auto", "fast", "vmap"])
+@pytest.mark.parametrize("engine", ["auto", "fast", "vmap", "loop"])
 @pytest.mark.parametrize("model_type", [_Dropout, _LayerDrop])
 def test_random_draws_in_training_mode_are_not_an_interaction(
     engine: str, model_type: type[nn.Module]

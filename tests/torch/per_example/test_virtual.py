@@ -16,7 +16,12 @@ from tests.torch.reference import loop_clipped_sum, loop_norms
 from tests.torch.zoo import ZOO
 
 CROSS_ENTROPY = nn.CrossEntropyLoss(reduction="none")
-ENGINES: dict[str, dict[str, object]] = {"fast": {}, "vmap": {}, "jl": {"jl_dimension": 3}}
+ENGINES: dict[str, dict[str, object]] = {
+    "fast": {},
+    "vmap": {},
+    "loop": {},
+    "jl": {"jl_dimension": 3},
+}
 
 
 @pytest.mark.parametrize("name", ["positional_gpt", "cls_token_encoder", "tied_embedding_lm"])
@@ -127,7 +132,7 @@ def _loop(model: nn.Module, inputs: object, targets: torch.Tensor) -> list[list[
 
 
 @pytest.mark.parametrize("kind", ["tuple", "dict"])
-@pytest.mark.parametrize("engine_name", ["fast", "vmap"])
+@pytest.mark.parametrize("engine_name", ["fast", "vmap", "loop"])
 def test_tuple_and_dict_inputs_are_exact(kind: str, engine_name: str) -> None:
     torch.manual_seed(0)
     model = _TwoInputs()

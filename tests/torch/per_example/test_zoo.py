@@ -56,7 +56,7 @@ def _assert_matches_loop(engine: PerExampleEngine, model: ZooModel, size: int) -
 
 
 @pytest.mark.parametrize("name", sorted(ZOO))
-@pytest.mark.parametrize("engine", ["fast", "vmap"])
+@pytest.mark.parametrize("engine", ["fast", "vmap", "loop"])
 def test_exact_engines_match_the_loop_at_every_lot_size(name: str, engine: str) -> None:
     model = _model(name)
     prepared = _prepared(model, engine)
@@ -182,7 +182,7 @@ def _lot() -> tuple[torch.Tensor, torch.Tensor]:
     )
 
 
-@pytest.mark.parametrize("engine", ["auto", "fast", "vmap", "jl"])
+@pytest.mark.parametrize("engine", ["auto", "fast", "vmap", "loop", "jl"])
 def test_interacting_examples_are_refused_by_every_engine(engine: str) -> None:
     options = {"jl_dimension": 2} if engine == "jl" else {}
     built = make_engine(_Mixing(), engine=engine, max_grad_norm=1.0, **options)  # type: ignore[arg-type]
