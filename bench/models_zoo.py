@@ -303,6 +303,80 @@ def opt(sizes: Sizes = DEFAULT_SIZES) -> Any:
     return OPTForCausalLM(config)
 
 
+def mixtral(sizes: Sizes = DEFAULT_SIZES) -> Any:
+    """``MixtralForCausalLM``: top-2 of 4 experts per token, each expert run on the tokens routed
+    to it (the eager experts; the grouped kernel takes no float64)."""
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    config = MixtralConfig(
+        vocab_size=sizes.vocabulary,
+        hidden_size=sizes.width,
+        intermediate_size=sizes.feed_forward,
+        num_hidden_layers=sizes.layers,
+        num_attention_heads=sizes.heads,
+        num_key_value_heads=sizes.heads,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        max_position_embeddings=sizes.sequence_length + 16,
+        attention_dropout=0.0,
+        experts_implementation="eager",
+    )
+    return MixtralForCausalLM(config)
+
+
+def mamba(sizes: Sizes = DEFAULT_SIZES) -> Any:
+    """``MambaForCausalLM`` (selective state space; transformers' reference scan on CPU)."""
+    from transformers import MambaConfig, MambaForCausalLM
+
+    config = MambaConfig(
+        vocab_size=sizes.vocabulary,
+        hidden_size=sizes.width,
+        state_size=4,
+        num_hidden_layers=sizes.layers,
+        expand=2,
+        conv_kernel=3,
+    )
+    return MambaForCausalLM(config)
+
+
+def rwkv(sizes: Sizes = DEFAULT_SIZES) -> Any:
+    """``RwkvForCausalLM`` (its eval-mode forward writes its state in place, so it
+    differentiates in training mode only)."""
+    from transformers import RwkvConfig, RwkvForCausalLM
+
+    config = RwkvConfig(
+        vocab_size=sizes.vocabulary,
+        hidden_size=sizes.width,
+        attention_hidden_size=sizes.width,
+        intermediate_size=sizes.feed_forward,
+        num_hidden_layers=sizes.layers,
+        context_length=sizes.sequence_length + 16,
+    )
+    return RwkvForCausalLM(config)
+
+
+class GRUClassifier(nn.Module):
+    """Embedding, a two-layer bidirectional ``nn.GRU``, a linear head on the last step (the
+    shape of Opacus' character-level name classifier, with torch's own GRU)."""
+
+    def __init__(self, sizes: Sizes = DEFAULT_SIZES) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(sizes.vocabulary, sizes.width)
+        self.gru = nn.GRU(
+            sizes.width, sizes.width, num_layers=2, bidirectional=True, batch_first=True
+        )
+        self.head = nn.Linear(2 * sizes.width, sizes.classes)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        states, _ = self.gru(self.embedding(tokens))
+        return self.head(states[:, -1])  # type: ignore[no-any-return]
+
+
+def gru_classifier(sizes: Sizes = DEFAULT_SIZES) -> nn.Module:
+    """:class:`GRUClassifier`."""
+    return GRUClassifier(sizes)
+
+
 def vit(sizes: Sizes = DEFAULT_SIZES) -> Any:
     """``ViTForImageClassification``."""
     from transformers import ViTConfig, ViTForImageClassification
@@ -540,6 +614,9 @@ MODELS: dict[str, ModelRecipe] = {
         ModelRecipe("llama", "transformers", "LlamaForCausalLM", llama, lm_lot),
         ModelRecipe("opt", "transformers", "OPTForCausalLM", opt, lm_lot),
         ModelRecipe("vit", "transformers", "ViTForImageClassification", vit, image_lot),
+        ModelRecipe("mixtral", "transformers", "MixtralForCausalLM (4 experts)", mixtral, lm_lot),
+        ModelRecipe("mamba", "transformers", "MambaForCausalLM", mamba, lm_lot),
+        ModelRecipe("rwkv", "transformers", "RwkvForCausalLM", rwkv, lm_lot),
         ModelRecipe(
             "roberta", "transformers", "RobertaForSequenceClassification", roberta, classifier_lot
         ),
@@ -571,6 +648,7 @@ MODELS: dict[str, ModelRecipe] = {
             transformer_encoder,
             token_lot,
         ),
+        ModelRecipe("gru", "torch", "nn.GRU classifier", gru_classifier, token_lot),
         ModelRecipe(
             "timm_resnet18_gn", "timm", "timm ResNet-18 with GroupNorm", timm_resnet18_gn, image_lot
         ),

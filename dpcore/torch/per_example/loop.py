@@ -36,7 +36,7 @@ from dpcore.torch.per_example.base import (
     clip_factors,
     per_example_losses,
 )
-from dpcore.torch.per_example.trial import eval_mode
+from dpcore.torch.per_example.trial import states_kept
 
 __all__ = ["LoopEngine"]
 
@@ -119,12 +119,13 @@ class LoopEngine(PerExampleEngine):
     name = "loop"
 
     def _check_trial(self, inputs: Batch, targets: Batch, loss_fn: LossFunction) -> None:
-        """Run the loop once on the trial lot: an operation without a derivative is refused
-        here, before training, with a typed error (eval mode, as the other engines' trials: no
-        random draws)."""
+        """Run the loop once on the trial lot, in the model's own mode (what training runs; a
+        Hugging Face RWKV differentiates only in training mode, its eval-mode cache writes in
+        place): an operation without a derivative is refused here, before training, with a
+        typed error. Buffers and random states are restored afterwards."""
         parameters = self.parameters
         try:
-            with eval_mode(self.model):
+            with states_kept(self.model, inputs):
                 for i in range(batch_size(inputs)):
                     _one_example(self.model, inputs, targets, loss_fn, i, parameters)
         except DPCoreError:

@@ -51,6 +51,7 @@ __all__ = [
     "loop_gradients",
     "mismatch",
     "per_example_losses",
+    "states_kept",
     "tolerance",
     "trial_lot",
     "trial_sizes",
@@ -362,6 +363,22 @@ def _same_draws(devices: Sequence[int]) -> Iterator[Callable[[], None]]:
         finally:
             random.setstate(python_state)
             numpy.random.set_state(numpy_state)
+
+
+@contextlib.contextmanager
+def states_kept(model: nn.Module, inputs: Batch) -> Iterator[None]:
+    """While open, the model may run in its own (training) mode: its buffers and every random
+    state a forward draws from (torch's CPU and CUDA, Python's, NumPy's) are restored when
+    closed, so a trial leaves no trace."""
+    devices = sorted(
+        {
+            t.device.index or 0
+            for t in (*tensors(inputs), *model.parameters())
+            if t.device.type == "cuda"
+        }
+    )
+    with _buffers_kept(model), _same_draws(devices):
+        yield
 
 
 @contextlib.contextmanager
