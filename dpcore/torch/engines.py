@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from dpcore.errors import InvalidParameterError
+from dpcore.torch.batches import Batch, take
 from dpcore.torch.errors import (
     EngineFallbackWarning,
     ExamplesInteractError,
@@ -58,6 +59,7 @@ class AutoEngine(PerExampleEngine):
         super().__init__(model, max_grad_norm=max_grad_norm, nonfinite=nonfinite)
         self.chosen: PerExampleEngine | None = None
         self.name = "auto"  # the chosen engine's name once chosen
+        self._lots = 0
 
     def _build(self, engine: type[PerExampleEngine]) -> PerExampleEngine:
         return engine(self.model, max_grad_norm=self.max_grad_norm, nonfinite=self.nonfinite)
@@ -70,39 +72,62 @@ class AutoEngine(PerExampleEngine):
         except ExamplesInteractError:
             raise  # no engine can clip such a model
         except IncompatibleModelError as error:
-            names = getattr(error, "parameters", None)
-            culprit = f"parameter {names[0]!r}" if names else "this model"
-            vmap = self._build(VmapEngine)
-            try:
-                vmap.prepare(inputs, targets, loss_fn)
-                chosen = vmap
-                message = (
-                    f"engine='auto' trains this model with the vmap engine (exact, slower): the "
-                    f"fast path cannot attribute {culprit} to examples ({error})"
-                )
-            except ExamplesInteractError:
-                raise
-            except IncompatibleModelError as refused:
-                loop = self._build(LoopEngine)
-                try:
-                    loop.prepare(inputs, targets, loss_fn)
-                except ExamplesInteractError:
-                    raise
-                except IncompatibleModelError as last:
-                    reasons = {"fast": str(error), "vmap": str(refused), "loop": str(last)}
-                    raise NoExactEngineError(reasons, names) from last
-                chosen = loop
-                message = (
-                    "engine='auto' trains this model with the loop engine (exact, one backward "
-                    f"pass per example): the fast path cannot attribute {culprit} to examples "
-                    f"({error}); and {refused}"
-                )
-            warnings.warn(message, EngineFallbackWarning, stacklevel=3)
+            chosen, _ = self._fallback(inputs, targets, loss_fn, error)
         if not chosen.prepared:  # no finite example to try on yet
             return
+        self._choose(chosen)
+
+    def _choose(self, chosen: PerExampleEngine) -> None:
         self.chosen = chosen
         self.name = chosen.name
         self.prepared = True
+        self._lots = 0  # lots the chosen engine has clipped
+
+    def _fallback(
+        self,
+        inputs: Batch,
+        targets: Batch,
+        loss_fn: LossFunction,
+        error: IncompatibleModelError,
+        lot: tuple[Batch, Batch] | None = None,
+    ) -> tuple[PerExampleEngine, ClippedBatch | None]:
+        """The vmap engine, else the loop engine, prepared on these examples, with an
+        :class:`EngineFallbackWarning` giving the reasons; one :class:`NoExactEngineError` when
+        neither takes the model. Given ``lot``, the engine also clips it (a path taken in
+        training mode only must run there too), and that clipped lot is returned beside it."""
+        names = getattr(error, "parameters", None)
+        culprit = f"parameter {names[0]!r}" if names else "this model"
+        batch = None
+        try:
+            vmap = self._build(VmapEngine)
+            vmap.prepare(inputs, targets, loss_fn)
+            if lot is not None:
+                batch = vmap.clipped_sum(*lot, loss_fn)
+            chosen = vmap
+            message = (
+                f"engine='auto' trains this model with the vmap engine (exact, slower): the "
+                f"fast path cannot attribute {culprit} to examples ({error})"
+            )
+        except ExamplesInteractError:
+            raise
+        except IncompatibleModelError as refused:
+            chosen = self._build(LoopEngine)
+            try:
+                chosen.prepare(inputs, targets, loss_fn)
+                if lot is not None:
+                    batch = chosen.clipped_sum(*lot, loss_fn)
+            except ExamplesInteractError:
+                raise
+            except IncompatibleModelError as last:
+                reasons = {"fast": str(error), "vmap": str(refused), "loop": str(last)}
+                raise NoExactEngineError(reasons, names) from last
+            message = (
+                "engine='auto' trains this model with the loop engine (exact, one backward "
+                f"pass per example): the fast path cannot attribute {culprit} to examples "
+                f"({error}); and {refused}"
+            )
+        warnings.warn(message, EngineFallbackWarning, stacklevel=4)
+        return chosen, batch
 
     def _clipped_sum(
         self, inputs: torch.Tensor, targets: torch.Tensor, loss_fn: LossFunction
@@ -113,7 +138,27 @@ class AutoEngine(PerExampleEngine):
                 "on; the lot's losses are all NaN or infinite"
             )
         self.chosen.max_grad_norm = self.max_grad_norm
-        return self.chosen.clipped_sum(inputs, targets, loss_fn)
+        try:
+            batch = self.chosen.clipped_sum(inputs, targets, loss_fn)
+        except ExamplesInteractError:
+            raise
+        except IncompatibleModelError as error:
+            # The fast path's trials run in eval mode; a path the model takes in training mode
+            # only (a parameter used under `if self.training`) shows on the first lot. Before
+            # any lot has been clipped, the choice is made again on this lot (so the whole run
+            # uses one engine, the one the ledger records); later, the typed error stands.
+            if not isinstance(self.chosen, FastEngine) or self._lots:
+                raise
+            pool = slice(0, self.TRIAL_POOL)
+            pool_inputs, pool_targets = take(inputs, pool), take(targets, pool)
+            fallback, clipped = self._fallback(
+                pool_inputs, pool_targets, loss_fn, error, lot=(inputs, targets)
+            )
+            self._choose(fallback)
+            assert clipped is not None  # the lot was given
+            batch = clipped
+        self._lots += 1
+        return batch
 
 
 def make_engine(

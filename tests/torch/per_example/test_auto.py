@@ -155,3 +155,63 @@ def test_the_model_s_own_error_is_raised_unchanged() -> None:
     with pytest.raises(RuntimeError, match="shapes cannot be multiplied") as raised:
         engine.clipped_sum(torch.randn(6, 5), torch.randint(0, 2, (6,)), CROSS_ENTROPY)
     assert not isinstance(raised.value, IncompatibleModelError)
+
+
+class _TrainingOnlyPath(nn.Module):
+    """A parameter used only in training mode, through ``h @ W`` (no fast-path rule): the fast
+    path's eval-mode trials pass, its first training lot cannot."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = nn.Linear(4, 4)
+        self.extra = nn.Parameter(0.1 * torch.randn(4, 4))
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        hidden = torch.tanh(self.first(inputs))
+        if self.training:
+            hidden = hidden + hidden @ self.extra
+        return self.head(hidden)  # type: ignore[no-any-return]
+
+
+def test_a_path_taken_in_training_mode_only_chooses_again_on_the_first_lot() -> None:
+    torch.manual_seed(0)
+    model = _TrainingOnlyPath().double().train()
+    generator = torch.Generator().manual_seed(1)
+    inputs = torch.randn(9, 4, generator=generator, dtype=torch.float64)
+    targets = torch.randint(0, 2, (9,), generator=generator)
+    engine = make_engine(model, engine="auto", max_grad_norm=1.0)
+    engine.prepare(inputs, targets, CROSS_ENTROPY)
+    assert engine.name == "fast"  # eval-mode trials never reach 'extra'
+    with pytest.warns(EngineFallbackWarning, match="'extra'"):
+        lot = engine.clipped_sum(inputs, targets, CROSS_ENTROPY)
+    assert engine.name == "vmap"
+    gradients = _loop(model, inputs, targets)  # in training mode (this model draws nothing)
+    norms = torch.stack([torch.sqrt(sum(g.square().sum() for g in row)) for row in gradients])
+    torch.testing.assert_close(lot.norms, norms, rtol=0, atol=1e-12)
+    assert_matches_loop(engine, model, inputs, targets, CROSS_ENTROPY, 1e-12)
+
+
+def _loop(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> list[list[Any]]:
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    rows = []
+    for i in range(len(inputs)):
+        loss = CROSS_ENTROPY(model(inputs[i : i + 1]), targets[i : i + 1]).sum()
+        rows.append(list(torch.autograd.grad(loss, parameters)))
+    return rows
+
+
+def test_after_the_first_lot_the_choice_stands() -> None:
+    """A refusal on a later lot is raised, typed: the run's engine does not change mid-run."""
+    torch.manual_seed(0)
+    model = _TrainingOnlyPath().double().eval()
+    generator = torch.Generator().manual_seed(1)
+    inputs = torch.randn(9, 4, generator=generator, dtype=torch.float64)
+    targets = torch.randint(0, 2, (9,), generator=generator)
+    engine = make_engine(model, engine="auto", max_grad_norm=1.0)
+    engine.clipped_sum(inputs, targets, CROSS_ENTROPY)  # eval mode: fast, no 'extra'
+    assert engine.name == "fast"
+    model.train()
+    with pytest.raises(IncompatibleModelError, match="'extra'"):
+        engine.clipped_sum(inputs, targets, CROSS_ENTROPY)
+    assert engine.name == "fast"
