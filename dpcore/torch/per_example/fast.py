@@ -86,7 +86,6 @@ from dpcore.torch.per_example.trial import (
     full_precision,
     loop_gradients,
     mismatch,
-    tolerance,
 )
 from dpcore.torch.switches import switched
 
@@ -613,7 +612,13 @@ class FastEngine(PerExampleEngine):
     def _clipped_sum(self, inputs: Batch, targets: Batch, loss_fn: LossFunction) -> ClippedBatch:
         size = batch_size(inputs)
         first = not self._verified
-        result = self._pass(inputs, targets, loss_fn, reference=first)
+        # In bf16/fp16 (parameters or autocast) autograd's own gradient of the summed loss is
+        # rounded in that precision with cancellation across the lot's rows: against float64 it
+        # lost 13 % of a LayerNorm bias's gradient at 64 token sequences and 64 % at 1,024 (the
+        # fast path's sum: under 1 %), so comparing with it refused correct models. There the
+        # first lot is checked by the per-example norms alone (:meth:`_check_norms`).
+        low = self._low_precision()
+        result = self._pass(inputs, targets, loss_fn, reference=first and low is None)
         dtype = self.parameters[0].dtype
         squared = torch.zeros(size, dtype=dtype, device=result.losses.device)
         each: ParameterTerm | None = None
@@ -623,8 +628,8 @@ class FastEngine(PerExampleEngine):
         factors = clip_factors(norms, max_grad_norm=self.max_grad_norm, nonfinite=self.nonfinite)
         keep = factors > 0
         mask = None if bool(keep.all()) else keep
-        check_norms = result.reference is not None and self._check_against(
-            result.reference, result.terms
+        check_norms = (first and low is not None and bool(torch.isfinite(result.losses).all())) or (
+            result.reference is not None and self._check_against(result.reference, result.terms)
         )
         summed = [
             torch.zeros_like(parameter)
@@ -683,6 +688,11 @@ class FastEngine(PerExampleEngine):
                     [name],
                 )
 
+    def _low_precision(self) -> torch.dtype | None:
+        """bf16/fp16 when autocast is on or the parameters are such, else None."""
+        dtype = self.parameters[0].dtype
+        return autocast_dtype() or (dtype if torch.finfo(dtype).bits < 32 else None)
+
     def _reference_gradients(self, losses: torch.Tensor) -> list[torch.Tensor] | None:
         """Autograd's gradient of ``sum_i loss_i`` if the lot's losses are finite."""
         if not bool(torch.isfinite(losses).all()):
@@ -711,9 +721,7 @@ class FastEngine(PerExampleEngine):
             else:
                 ones = torch.ones_like(term.squared_norms)
                 found = term.weighted_sum(ones, None).to(expected.dtype)
-            # under autocast, or with bf16/fp16 parameters, the reference ran rounded too
-            low = autocast_dtype() or (dtype if torch.finfo(dtype).bits < 32 else None)
-            rtol = tolerance(low) if low is not None else None if dtype == torch.float64 else 1e-3
+            rtol = None if dtype == torch.float64 else 1e-3  # full precision here
             if not close(found, expected, dtype, rtol=rtol, scale=total):
                 raise mismatch(
                     f"Parameter {name!r} receives gradient that the fast path does not see (an "
