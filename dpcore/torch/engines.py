@@ -41,11 +41,10 @@ class AutoEngine(PerExampleEngine):
     dimension of the model, :mod:`dpcore.torch.per_example.trial`), so it does not depend on the
     lot size: a model accepted here trains at every lot size, empty lots included. When the
     fast path refuses the model, an :class:`~dpcore.torch.errors.EngineFallbackWarning` names the
-    parameter that forced the vmap engine; when vmap cannot run it either (``nn.GRU``, a Hugging
-    Face text model whose attention-mask utilities branch on the data, routing that indexes the
-    lot), the warning gives both reasons and the loop engine
-    (:class:`~dpcore.torch.per_example.loop.LoopEngine`, one backward pass per example) trains
-    it. A model whose examples interact raises
+    parameter that forced the vmap engine; when vmap cannot run it either (packed sequences, a
+    model whose control flow branches on the data, routing that indexes the lot), the warning
+    gives both reasons and the loop engine (:class:`~dpcore.torch.per_example.loop.LoopEngine`,
+    one backward pass per example) trains it. A model whose examples interact raises
     :class:`~dpcore.torch.errors.ExamplesInteractError`; a model that all three exact engines
     refuse (an operation without a derivative) raises one
     :class:`~dpcore.torch.errors.NoExactEngineError` listing each engine's reason.

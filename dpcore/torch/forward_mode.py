@@ -9,9 +9,10 @@ forward AD with _thnn_fused_lstm_cell"). :func:`forward_mode_friendly` works aro
 
 - attention runs on the math kernel, and the MHA fast path is off;
 - on CPU it turns oneDNN off (the native CPU LSTM is built from differentiable ops);
-- on CUDA it runs every ``nn.LSTM`` through :func:`decomposed_lstm_forward`, the same recurrence
-  written with ``linear``, ``sigmoid`` and ``tanh`` (same parameters, same gate order), and
-  refuses other recurrent layers, which have no such fallback.
+- on CUDA it runs every ``nn.LSTM`` through
+  :func:`~dpcore.torch.recurrent.decomposed_lstm_forward`, the same recurrence written with
+  ``linear``, ``sigmoid`` and ``tanh`` (same parameters, same gate order), and refuses other
+  recurrent layers.
 
 Convolutions keep their fast kernels: those have forward-mode rules.
 """
@@ -19,88 +20,17 @@ Convolutions keep their fast kernels: those have forward-mode rules.
 from __future__ import annotations
 
 import contextlib
-import types
 from collections.abc import Iterator
-from typing import Any
 
 import torch
 from torch import nn
-from torch.nn import functional
 
 from dpcore.torch.errors import IncompatibleModelError
 from dpcore.torch.layers import native_rnn_kernel
+from dpcore.torch.recurrent import decomposed_lstm_forward, decomposed_recurrence
 from dpcore.torch.switches import switched
 
 __all__ = ["decomposed_lstm_forward", "forward_mode_friendly"]
-
-
-def decomposed_lstm_forward(
-    module: nn.LSTM, input: Any, hx: tuple[torch.Tensor, torch.Tensor] | None = None
-) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-    """``module(input, hx)`` computed step by step from elementary ops.
-
-    The recurrence of ``nn.LSTM`` (PyTorch documentation; gates i, f, g, o in that order):
-    ``i, f, g, o = split(W_ih x_t + b_ih + W_hh h_{t-1} + b_hh)``,
-    ``c_t = sigmoid(f) c_{t-1} + sigmoid(i) tanh(g)``, ``h_t = sigmoid(o) tanh(c_t)``; the
-    reverse direction of a bidirectional layer runs the same over reversed time, and layer
-    ``k + 1`` reads layer k's outputs (with dropout between layers when training).
-
-    Supports batched and unbatched input, ``batch_first``, several layers, both directions, with
-    or without bias. Raises :class:`IncompatibleModelError` for packed sequences and
-    ``proj_size > 0``.
-    """
-    if isinstance(input, nn.utils.rnn.PackedSequence):
-        raise IncompatibleModelError(
-            "the decomposed LSTM (forward-mode fallback on CUDA) does not take PackedSequence "
-            "input; pad the sequences instead"
-        )
-    if module.proj_size:
-        raise IncompatibleModelError(
-            f"the decomposed LSTM (forward-mode fallback on CUDA) needs proj_size = 0, got "
-            f"{module.proj_size}"
-        )
-    unbatched = input.dim() == 2
-    if unbatched:
-        steps_first = input.unsqueeze(1)
-    else:
-        steps_first = input.transpose(0, 1) if module.batch_first else input
-    directions = 2 if module.bidirectional else 1
-    batch = steps_first.shape[1]
-    if hx is None:
-        shape = (module.num_layers * directions, batch, module.hidden_size)
-        h0 = c0 = steps_first.new_zeros(shape)
-    else:
-        h0, c0 = (state.unsqueeze(1) for state in hx) if unbatched else hx
-    layer_input, h_last, c_last = steps_first, [], []
-    for layer in range(module.num_layers):
-        outputs = []
-        for direction in range(directions):
-            suffix = f"l{layer}" + ("_reverse" if direction else "")
-            bias = None
-            if module.bias:
-                bias = getattr(module, f"bias_ih_{suffix}") + getattr(module, f"bias_hh_{suffix}")
-            recurrent = getattr(module, f"weight_hh_{suffix}")
-            projected = functional.linear(layer_input, getattr(module, f"weight_ih_{suffix}"), bias)
-            index = layer * directions + direction
-            h, c = h0[index], c0[index]
-            length = projected.shape[0]
-            hidden: list[torch.Tensor] = [h] * length
-            for t in reversed(range(length)) if direction else range(length):
-                i, f, g, o = (projected[t] + functional.linear(h, recurrent)).chunk(4, dim=-1)
-                c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-                h = torch.sigmoid(o) * torch.tanh(c)
-                hidden[t] = h
-            outputs.append(torch.stack(hidden))
-            h_last.append(h)
-            c_last.append(c)
-        layer_input = torch.cat(outputs, dim=-1) if directions == 2 else outputs[0]
-        if module.dropout and module.training and layer < module.num_layers - 1:
-            layer_input = functional.dropout(layer_input, p=module.dropout, training=True)
-    h_n, c_n = torch.stack(h_last), torch.stack(c_last)
-    if unbatched:
-        return layer_input.squeeze(1), (h_n.squeeze(1), c_n.squeeze(1))
-    output = layer_input.transpose(0, 1) if module.batch_first else layer_input
-    return output, (h_n, c_n)
 
 
 #: the scaled-dot-product-attention backends that have a switch in this torch
@@ -187,16 +117,8 @@ def _recurrent_forward_mode(
                 "the clipped gradient would not be the one whose norm was estimated; use "
                 "dropout=0 (nn.Dropout between single-layer LSTMs is replayed exactly) or the CPU"
             )
-        own = [module.__dict__.get("forward") for module in lstms]  # instance overrides, if any
-        for module in lstms:
-            module.forward = types.MethodType(decomposed_lstm_forward, module)  # type: ignore[method-assign]
-        try:
+        with decomposed_recurrence(model, (nn.LSTM,)):
             yield
-        finally:
-            for module, previous in zip(lstms, own, strict=True):
-                del module.forward
-                if previous is not None:
-                    module.forward = previous  # type: ignore[method-assign]
         return
     if device.type != "cpu":
         yield

@@ -5,8 +5,8 @@ gives its gradient, which is clipped and added to the sum before the next exampl
 per-example gradient is kept, so memory is one gradient and the sum. This is the contract the
 other engines are checked against (:mod:`dpcore.torch.per_example.trial`), so it needs no
 comparison of its own: it takes every differentiable model whose examples are independent,
-including those the fast path cannot attribute and ``torch.func.vmap`` cannot run (``nn.GRU``
-and ``nn.RNN``, ``nn.LSTM`` in float64, mixture-of-experts routing that indexes the lot,
+including those the fast path cannot attribute and ``torch.func.vmap`` cannot run (packed
+sequences, mixture-of-experts routing that indexes the lot, transformers' Mamba and RWKV,
 scripted modules, Python control flow on the data). The price is one forward and backward pass
 per example: ``engine="auto"`` uses it last, with an
 :class:`~dpcore.torch.errors.EngineFallbackWarning` giving the other engines' reasons.

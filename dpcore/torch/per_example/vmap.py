@@ -1,9 +1,9 @@
 """Exact per-example gradients for any module with ``torch.func`` (vmap over grad).
 
-``nn.LSTM`` works under vmap only in float32 on CPU with oneDNN on (PyTorch's native LSTM path
-has no batching rule for its in-place state updates, cuDNN's none at all: recurrent layers are
-refused on CUDA, :func:`check_vmappable`); for float64 or CUDA use the fast engine's
-:class:`~dpcore.torch.layers.DPLSTM` path. Materialises a ``(batch, *shape)`` gradient per
+Recurrent layers (``nn.LSTM``, ``nn.GRU``, ``nn.RNN``) run their recurrence step by step from
+elementary ops (:func:`~dpcore.torch.recurrent.decomposed_recurrence`), which vmap batches:
+PyTorch's own recurrent kernels have no batching rule (GRU and RNN fail, the native LSTM fails
+in float64, cuDNN's on CUDA). Materialises a ``(batch, *shape)`` gradient per
 parameter, so memory grows with ``batch x parameters``; ``chunk_size`` trades speed for memory.
 It takes every differentiable module vmap can run whose examples are independent; what vmap
 cannot run (data-dependent control flow, operations without a batching rule, scripted modules,
@@ -21,7 +21,7 @@ from torch.func import grad, vmap
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from dpcore.errors import DPCoreError
-from dpcore.torch.batches import Batch, batch_size, call_model, flat_rows, model_arguments, tensors
+from dpcore.torch.batches import Batch, batch_size, call_model, flat_rows, model_arguments
 from dpcore.torch.errors import IncompatibleModelError
 from dpcore.torch.per_example.base import (
     ClippedBatch,
@@ -33,29 +33,10 @@ from dpcore.torch.per_example.base import (
 )
 from dpcore.torch.per_example.stateless import functional_call_restoring
 from dpcore.torch.per_example.trial import compare_with_loop, eval_mode
+from dpcore.torch.recurrent import decomposed_recurrence
 from dpcore.validation import check_count
 
 __all__ = ["VmapEngine", "per_example_gradients", "vmap_refusal"]
-
-
-def check_vmappable(model: nn.Module, device: torch.device) -> None:
-    """Refuse recurrent layers on CUDA: cuDNN's RNN kernels cannot run under vmap (PyTorch fails
-    with "Cannot access data pointer of Tensor that doesn't have storage", seen on an H100).
-
-    Raises:
-        IncompatibleModelError: a ``nn.RNNBase`` layer in ``model`` and ``device`` is CUDA.
-    """
-    if device.type != "cuda":
-        return
-    recurrent = sorted(
-        {name or type(m).__name__ for name, m in model.named_modules() if isinstance(m, nn.RNNBase)}
-    )
-    if recurrent:
-        raise IncompatibleModelError(
-            f"VmapEngine cannot vmap the recurrent layer(s) {recurrent} on CUDA (cuDNN's RNN "
-            "kernels have no batching rule); use FastEngine with dpcore.torch.layers.DPLSTM, "
-            "the JL engine, or run on CPU"
-        )
 
 
 def _as_lot_of_one(leaf: Any) -> Any:
@@ -147,7 +128,8 @@ def per_example_gradients(
         # falls back to a loop: slower, still exact. Not the user's problem to fix.
         warnings.filterwarnings("ignore", message="There is a performance drop because")
         try:
-            gradients, (losses, rows) = batched(trainable, inputs, targets)
+            with decomposed_recurrence(model):
+                gradients, (losses, rows) = batched(trainable, inputs, targets)
         except DPCoreError:
             raise  # the project's own refusals (a loss of the wrong shape) keep their type
         except RuntimeError as error:
@@ -209,7 +191,6 @@ class VmapEngine(PerExampleEngine):
 
     def _check_trial(self, inputs: Batch, targets: Batch, loss_fn: LossFunction) -> None:
         """Per-example gradients equal the loop's (vmap runs each example as a lot of one)."""
-        check_vmappable(self.model, tensors(inputs)[0].device)
         with eval_mode(self.model):  # the loop too: dropout would draw differently in each
             gradients, _, _ = per_example_gradients(
                 self.model, inputs, targets, loss_fn, chunk_size=self.chunk_size
@@ -227,7 +208,6 @@ class VmapEngine(PerExampleEngine):
             )
 
     def _clipped_sum(self, inputs: Batch, targets: Batch, loss_fn: LossFunction) -> ClippedBatch:
-        check_vmappable(self.model, tensors(inputs)[0].device)
         gradients, losses, outputs = per_example_gradients(
             self.model, inputs, targets, loss_fn, chunk_size=self.chunk_size
         )

@@ -3,8 +3,9 @@ configs, random weights: :mod:`tests.torch.library_models`, the models benchmark
 dpcore's exact engines.
 
 ``auto`` must pick the fast engine for each (the loop engine for Mixtral, whose experts run on
-the tokens routed to them, for Mamba and RWKV, which use operations the fast path has no rule
-for and vmap cannot batch, and for torch's ``nn.GRU``), and its per-example norms and clipped
+the tokens routed to them, and for Mamba and RWKV, which use operations the fast path has no
+rule for and vmap cannot batch; the vmap engine, with its decomposed recurrence, for torch's
+``nn.GRU``), and its per-example norms and clipped
 sums equal a one-example-at-a-time autograd loop in float64; the vmap engine drops the outputs'
 cache objects and refuses, with a typed error, a model it cannot run (BERT's attention-mask
 checks branch on the data).
@@ -39,7 +40,7 @@ AUTO_PICKS = dict.fromkeys(LIBRARY_MODELS, "fast") | {
     "mixtral": "loop",
     "mamba": "loop",
     "rwkv": "loop",
-    "gru": "loop",
+    "gru": "vmap",
 }
 #: Models tested in training mode (their dropout is 0): RWKV's eval-mode forward writes its
 #: state in place, so neither it nor plain autograd can differentiate it there.

@@ -1,5 +1,6 @@
 """The loop engine: recurrent layers, routing and non-finite examples, exact at every lot size,
-and ``engine="auto"`` ending on it for models the fast path and vmap refuse."""
+and ``engine="auto"`` ending on it for models the fast path and vmap refuse (packed sequences,
+routing that indexes the lot)."""
 
 from __future__ import annotations
 
@@ -67,15 +68,41 @@ def _features(size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @pytest.mark.parametrize("kind", ["GRU", "RNN", "LSTM"])
-def test_recurrent_layers_take_the_loop_engine_and_are_exact_at_every_lot_size(kind: str) -> None:
+def test_recurrent_layers_are_exact_on_the_loop_engine_at_every_lot_size(kind: str) -> None:
     torch.manual_seed(0)
     model = _Recurrent(kind).double()
-    engine = make_engine(model, engine="auto", max_grad_norm=1.0)
-    with pytest.warns(EngineFallbackWarning, match="loop engine"):
-        engine.prepare(*_tokens(8, 0), CROSS_ENTROPY)
-    assert engine.name == "loop"  # float64: vmap cannot batch the native recurrence
+    engine = make_engine(model, engine="loop", max_grad_norm=1.0)
+    engine.prepare(*_tokens(8, 0), CROSS_ENTROPY)
     for size in (1, 2, 5, 6, 11):  # 5 and 6: the hidden and sequence sizes
         assert_matches_loop(engine, model, *_tokens(size, size), CROSS_ENTROPY, 1e-12)
+
+
+class _Packed(_Recurrent):
+    """Packs each lot's sequences by their lengths (the last token id is the length): vmap cannot
+    pack a lot of varying lengths, so ``auto`` ends on the loop engine."""
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        lengths = tokens[:, -1].clamp(min=1).cpu()
+        packed = nn.utils.rnn.pack_padded_sequence(
+            self.embedding(tokens), lengths, batch_first=True, enforce_sorted=False
+        )
+        _, state = self.recurrent(packed)
+        last = state[0] if isinstance(state, tuple) else state
+        return self.head(torch.cat([last[-2], last[-1]], dim=-1))  # type: ignore[no-any-return]
+
+
+def test_packed_sequences_take_the_loop_engine_exactly() -> None:
+    torch.manual_seed(0)
+    model = _Packed("GRU").double()
+    generator = torch.Generator().manual_seed(5)
+    tokens = torch.randint(0, 11, (7, 6), generator=generator)
+    tokens[:, -1] = torch.randint(1, 6, (7,), generator=generator)
+    targets = torch.randint(0, 3, (7,), generator=generator)
+    engine = make_engine(model, engine="auto", max_grad_norm=1.0)
+    with pytest.warns(EngineFallbackWarning, match="loop engine"):
+        engine.prepare(tokens, targets, CROSS_ENTROPY)
+    assert engine.name == "loop"
+    assert_matches_loop(engine, model, tokens, targets, CROSS_ENTROPY, 1e-12)
 
 
 def test_routing_that_indexes_the_lot_is_exact_on_the_loop_engine() -> None:
@@ -123,10 +150,10 @@ def test_non_finite_examples_raise_or_are_dropped() -> None:
         torch.testing.assert_close(found, wanted, rtol=0, atol=1e-12)
 
 
-def test_a_gru_classifier_trains_and_its_ledger_names_the_loop_engine() -> None:
+def test_a_routed_model_trains_and_its_statement_names_the_loop_engine() -> None:
     torch.manual_seed(0)
-    model = _Recurrent("GRU")
-    inputs, targets = _tokens(40, 4)
+    model = _Routed().double()
+    inputs, targets = _features(40, 4)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", EngineFallbackWarning)
         trainer = DPTrainer.dp_sgd(

@@ -10,7 +10,12 @@ from torch import nn
 
 from dpcore.torch.errors import NonFiniteGradientError
 from dpcore.torch.per_example.vmap import VmapEngine
-from tests.torch.reference import loop_clipped_sum, loop_gradients, loop_norms
+from tests.torch.reference import (
+    assert_matches_loop,
+    loop_clipped_sum,
+    loop_gradients,
+    loop_norms,
+)
 
 
 class _LstmClassifier(nn.Module):
@@ -108,14 +113,27 @@ def test_chunked_vmap_equals_unchunked() -> None:
         torch.testing.assert_close(a, b)
 
 
-def test_recurrent_layers_are_refused_on_cuda_only() -> None:
-    """cuDNN's LSTM fails under vmap on CUDA with an opaque error (seen on an H100); the engine
-    names the layer instead. Checked through the device argument (no GPU needed)."""
-    from dpcore.torch.errors import IncompatibleModelError
-    from dpcore.torch.per_example.vmap import check_vmappable
+@pytest.mark.parametrize("kind", ["GRU", "RNN", "LSTM"])
+def test_recurrent_layers_run_decomposed_and_match_the_loop(kind: str) -> None:
+    """torch's recurrent kernels have no batching rule (GRU, RNN; LSTM in float64); the vmap
+    engine runs their recurrence from elementary ops and equals the loop on the layer itself."""
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Embedding(10, 4),
+        getattr(nn, kind)(4, 5, num_layers=2, bidirectional=True, batch_first=True),
+        _LastStep(),
+        nn.Linear(10, 3),
+    ).double()
+    generator = torch.Generator().manual_seed(1)
+    inputs, targets = torch.randint(0, 10, (7, 6), generator=generator), torch.arange(7) % 3
+    engine = VmapEngine(model, max_grad_norm=1.0)
+    engine.prepare(inputs, targets, nn.CrossEntropyLoss(reduction="none"))
+    assert_matches_loop(
+        engine, model, inputs, targets, nn.CrossEntropyLoss(reduction="none"), 1e-12
+    )
+    assert not any("forward" in module.__dict__ for module in model.modules())  # restored
 
-    model = nn.Sequential(nn.Embedding(10, 4), nn.LSTM(4, 4, batch_first=True))
-    check_vmappable(model, torch.device("cpu"))
-    with pytest.raises(IncompatibleModelError, match=r"\['1'\].*CUDA"):
-        check_vmappable(model, torch.device("cuda"))
-    check_vmappable(nn.Linear(3, 2), torch.device("cuda"))
+
+class _LastStep(nn.Module):
+    def forward(self, outputs: tuple[torch.Tensor, object]) -> torch.Tensor:
+        return outputs[0][:, -1]
