@@ -37,6 +37,7 @@ from dpcore.torch.errors import IncompatibleModelError
 __all__ = ["decomposed_forward", "decomposed_lstm_forward", "decomposed_recurrence"]
 
 State = tuple[torch.Tensor, ...]
+Step = Callable[[torch.Tensor, State, torch.Tensor, torch.Tensor | None], State]
 
 
 def _lstm_step(
@@ -60,9 +61,7 @@ def _gru_step(
     return ((1 - z) * n + z * h,)
 
 
-def _rnn_step(
-    nonlinearity: Callable[[torch.Tensor], torch.Tensor],
-) -> Callable[[torch.Tensor, State, torch.Tensor, torch.Tensor | None], State]:
+def _rnn_step(nonlinearity: Callable[[torch.Tensor], torch.Tensor]) -> Step:
     def step(
         projected: torch.Tensor, state: State, recurrent: torch.Tensor, bias: torch.Tensor | None
     ) -> State:
@@ -101,6 +100,7 @@ def decomposed_forward(module: nn.RNNBase, input: Any, hx: Any = None) -> tuple[
     """
     _check(module, input)
     lstm = isinstance(module, nn.LSTM)
+    step: Step
     if lstm:
         step = _lstm_step
     elif isinstance(module, nn.GRU):
@@ -156,7 +156,7 @@ def decomposed_lstm_forward(
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
     """:func:`decomposed_forward` of an ``nn.LSTM``: ``(output, (h_n, c_n))``."""
     output, state = decomposed_forward(module, input, hx)
-    return output, state  # type: ignore[no-any-return]
+    return output, state
 
 
 @contextlib.contextmanager
@@ -169,11 +169,11 @@ def decomposed_recurrence(
     layers = [module for module in model.modules() if isinstance(module, kinds)]
     own = [module.__dict__.get("forward") for module in layers]
     for module in layers:
-        module.forward = types.MethodType(decomposed_forward, module)  # type: ignore[method-assign]
+        module.forward = types.MethodType(decomposed_forward, module)
     try:
         yield
     finally:
         for module, previous in zip(layers, own, strict=True):
             del module.forward
             if previous is not None:
-                module.forward = previous  # type: ignore[method-assign]
+                module.forward = previous
