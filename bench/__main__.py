@@ -93,14 +93,26 @@ def _tf_training(
 
 
 def _models(
-    results_dir: Path, *, quick: bool, device: str, executor: str | None = None
+    results_dir: Path,
+    *,
+    quick: bool,
+    device: str,
+    executor: str | None = None,
+    models: list[str] | None = None,
 ) -> list[dict[str, Any]]:
-    from bench import models  # imports torch, transformers and Opacus: only when asked for
+    from bench import models as benchmark  # imports torch, transformers and Opacus: when asked
 
     if device != "cpu":
         raise SystemExit("python -m bench models: CPU only for now")
     # the full profile measures each model in a fresh interpreter (bench.models.run)
-    return models.run(results_dir, quick=quick, executor=executor, fresh_process=not quick)
+    return benchmark.run(
+        results_dir,
+        quick=quick,
+        executor=executor,
+        fresh_process=not quick,
+        models=tuple(models) if models else None,
+        add=bool(models),
+    )
 
 
 def _audit_fanout(results_dir: Path, *, quick: bool, device: str) -> list[dict[str, Any]]:
@@ -148,7 +160,17 @@ def main(argv: list[str] | None = None) -> int:
         "after another); timing cells are handed over one at a time, each row naming the "
         "machine that timed it; see docs/cluster.md",
     )
+    parser.add_argument(
+        "--add-models",
+        nargs="+",
+        default=None,
+        metavar="NAME",
+        help="models: measure only these rows and add them to the saved models.json (rows of "
+        "the same models replaced, the others kept)",
+    )
     args = parser.parse_args(argv)
+    if args.add_models is not None and args.names != ["models"]:
+        parser.error("--add-models: only with the models benchmark alone (python -m bench models)")
     if args.executor is not None:
         try:
             parse_executor(args.executor)
@@ -168,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
                 options["executor"] = args.executor
             else:
                 print(f"{name}: --executor not used (it measures one cell at a time here)")
+        if args.add_models is not None:
+            options["models"] = args.add_models
         rows = run(RESULTS, quick=args.quick, device=args.device, **options)
         print(json.dumps(rows, indent=1))
         print(f"wrote {RESULTS / (name + '.json')}")

@@ -611,6 +611,46 @@ def save(results_dir: Path, rows: list[dict[str, Any]], meta: dict[str, Any]) ->
     return path
 
 
+def _saved_for_adding(results_dir: Path, config: dict[str, Any]) -> dict[str, Any]:
+    """The saved ``models.json``, checked to have been measured as this run will be.
+
+    Raises:
+        InvalidParameterError: no saved file, or one whose configuration differs.
+    """
+    path = results_dir / "models.json"
+    try:
+        document: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise InvalidParameterError("add", f"a saved, readable {path} to add to", True) from error
+    same = ("batch_size", "dtype", "threads", "repetitions", "warmup_steps", "sizes", "methods")
+    differing = [key for key in same if document.get("config", {}).get(key) != config[key]]
+    if differing or not isinstance(document.get("rows"), list):
+        raise InvalidParameterError(
+            "add", f"{path} measured with this configuration (differs in {differing})", True
+        )
+    return document
+
+
+def added_to(
+    saved: dict[str, Any], rows: list[dict[str, Any]], meta: dict[str, Any]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``(document, rows)`` of a saved ``models.json`` with ``rows`` added: a saved row of the
+    same model and sizes is replaced, the others kept in place, new ones appended; each added
+    row carries ``commit`` and ``date``, and ``document["added"]`` lists every addition."""
+    stamped = [{**row, "commit": meta["commit"], "date": meta["date"]} for row in rows]
+    fresh = {(row["model"], row.get("sizes")): row for row in stamped}
+    kept = [fresh.pop((row["model"], row.get("sizes")), row) for row in saved["rows"]]
+    kept += list(fresh.values())
+    addition = {
+        key: meta[key]
+        for key in ("commit", "date", "models", "load_average_at_start", "load_average_at_end")
+        if key in meta
+    }
+    document = {k: v for k, v in saved.items() if k not in ("rows", "models_measured")}
+    document["added"] = [*saved.get("added", []), addition]
+    return document, kept
+
+
 def run(
     results_dir: Path,
     *,
@@ -619,6 +659,7 @@ def run(
     threads: int = 1,
     executor: str | ExecutorChoice | SupportsSubmit | None = None,
     fresh_process: bool = False,
+    add: bool = False,
 ) -> list[dict[str, Any]]:
     """Measure every model (or ``models``), write ``models.json`` and ``models.md``.
 
@@ -634,6 +675,10 @@ def run(
         fresh_process: without ``executor``, measure each model in a new interpreter
             (:func:`measure_in_fresh_process`; ``python -m bench models`` does for the full
             profile).
+        add: with ``models``, add their rows to the saved ``models.json`` (replacing rows of
+            the same models at the same sizes, keeping the others) instead of replacing the
+            file; each added row records its commit and date, and the file lists the
+            additions (:func:`added_to`). The saved file's configuration must be this run's.
 
     Raises:
         InvalidParameterError: an unknown model, ``threads`` < 1, or an invalid executor.
@@ -643,6 +688,8 @@ def run(
     names = models if models is not None else (QUICK_MODELS if quick else tuple(MODELS))
     for name in names:
         recipe(name)
+    if add and models is None:
+        raise InvalidParameterError("add", "given with models (the rows to add)", add)
     if threads < 1:
         raise InvalidParameterError("threads", "an integer >= 1", threads)
     repetitions = QUICK_REPETITIONS if quick else REPETITIONS
@@ -685,10 +732,16 @@ def run(
         },
     )
 
+    saved = _saved_for_adding(results_dir, meta["config"]) if add else None
+
     def finish(rows: list[dict[str, Any]]) -> None:
         meta["wall_seconds"] = time.perf_counter() - started
         meta["load_average_at_end"] = list(os.getloadavg())
-        save(results_dir, rows, meta)
+        if saved is None:
+            save(results_dir, rows, meta)
+        else:
+            document, kept = added_to(saved, rows, meta)
+            save(results_dir, kept, document)
 
     with one_at_a_time(executor) as chosen:
         if chosen is not None:

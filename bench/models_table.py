@@ -169,6 +169,12 @@ def markdown(document: dict[str, Any]) -> str:
     if notes.lines:
         lines.append("")
         lines += [f"{i}. {text}" for i, text in enumerate(notes.lines, 1)]
+    for addition in meta.get("added", []):
+        lines += [
+            "",
+            f"Rows {', '.join(addition['models'])} added later: commit `{addition['commit']}`, "
+            f"{addition['date']}, same machine kind and configuration.",
+        ]
     if meta.get("quick"):
         lines += ["", "Quick profile: fewer repetitions and models; not for comparison."]
     return "\n".join(lines) + "\n"

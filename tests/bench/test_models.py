@@ -320,3 +320,35 @@ def test_the_committed_table_is_the_one_made_from_the_committed_json() -> None:
     results = Path(models.ROOT) / "bench" / "results"
     document = json.loads((results / "models.json").read_text(encoding="utf-8"))
     assert (results / "models.md").read_text(encoding="utf-8") == models_table.markdown(document)
+
+
+def test_rows_added_to_a_saved_run_replace_their_own_and_keep_the_others(tmp_path: Path) -> None:
+    """``python -m bench models --add-models NAME ...``: the named rows are measured and added
+    to the saved file, which lists the addition; its table says when they were added."""
+    with pytest.raises(InvalidParameterError, match="add"):
+        models.run(tmp_path, quick=True, models=("gru",), add=True)  # nothing saved yet
+    first = models.run(tmp_path, quick=True, models=("transformer_encoder",))
+    added = models.run(tmp_path, quick=True, models=("gru",), add=True)
+    document = json.loads((tmp_path / "models.json").read_text())
+    assert [row["model"] for row in document["rows"]] == ["transformer_encoder", "gru"]
+    assert document["rows"][0] == first[0] and "commit" not in first[0]
+    assert document["rows"][1]["commit"] and document["rows"][1]["date"]
+    assert document["rows"][1]["methods"] == added[0]["methods"]
+    assert document["models_measured"] == 2
+    assert [entry["models"] for entry in document["added"]] == [["gru"]]
+    assert "Rows gru added later" in (tmp_path / "models.md").read_text()
+    models.run(tmp_path, quick=True, models=("transformer_encoder",), add=True)
+    document = json.loads((tmp_path / "models.json").read_text())
+    assert [row["model"] for row in document["rows"]] == ["transformer_encoder", "gru"]
+    assert document["rows"][0]["commit"] and len(document["added"]) == 2
+    with pytest.raises(InvalidParameterError, match="configuration"):
+        models.run(tmp_path, quick=True, models=("gru",), add=True, threads=2)
+    with pytest.raises(InvalidParameterError, match="add"):
+        models.run(tmp_path, quick=True, add=True)
+
+
+def test_the_command_line_adds_models_to_the_models_benchmark_only() -> None:
+    from bench.__main__ import main
+
+    with pytest.raises(SystemExit):
+        main(["training", "--add-models", "gru"])
