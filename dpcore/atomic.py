@@ -3,7 +3,9 @@
 Every file dpcore writes goes through :func:`atomic_path` (or its two helpers). Each write goes
 to a unique temporary file in the target's directory, is flushed to disk, and then replaces the
 target with :func:`os.replace`, which is atomic on POSIX and Windows when both paths are on one
-file system; on POSIX the directory is flushed too, so the rename survives a power cut.
+file system; on POSIX the directory is flushed too, so the rename survives a power cut. The
+written file keeps the permissions of the file it replaces, or gets those of a new file under
+the process's umask (not the temporary file's private 0600).
 
 A process killed mid-write (SIGKILL, power loss) cannot remove its temporary file. Temporary
 names therefore say who wrote them, ``.{target}.{pid}-{host}.{random}.part`` (``host``: 8 hex
@@ -20,6 +22,7 @@ import hashlib
 import os
 import re
 import socket
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -107,6 +110,30 @@ def remove_stale_temporaries(target: str | Path) -> list[Path]:
     return removed
 
 
+def _umask() -> int:
+    """The process's umask: from ``/proc/self/status`` where Linux gives it (thread-safe), else
+    by setting and restoring it."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    current = os.umask(0o022)  # pragma: no cover - off Linux
+    os.umask(current)  # pragma: no cover
+    return current  # pragma: no cover
+
+
+def _mode_for(target: Path) -> int:
+    """The permissions the written file gets: the replaced file's own, else what ``open()``
+    would give a new file (``0o666`` less the umask), so results, checkpoints and statements
+    are as readable as the user's other files (a shared results folder on a cluster)."""
+    try:
+        return stat.S_IMODE(os.stat(target).st_mode)
+    except OSError:
+        return 0o666 & ~_umask()
+
+
 def _fsync_directory(folder: Path) -> None:
     """Flush a directory entry (the rename) to disk; a no-op where directories cannot be opened."""
     try:
@@ -145,6 +172,7 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
     os.close(handle)
     temporary = Path(name)
     try:
+        os.chmod(temporary, _mode_for(target))  # mkstemp's 0600 is for the temporary only
         yield temporary
         with open(temporary, "rb") as written:
             os.fsync(written.fileno())

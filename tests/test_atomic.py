@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -115,3 +116,22 @@ def test_item7_statements_accountant_saves_and_audit_results_are_atomic(
         assert not [p for p in path.parent.iterdir() if p.name.endswith(".part")]
         write(path)
         assert path.read_text() != "old\n"
+
+
+def test_a_new_file_gets_the_umask_s_permissions_and_a_rewrite_keeps_its_own(
+    tmp_path: Path,
+) -> None:
+    """The temporary file is private (mkstemp's 0600); the result is not: a new file is as a
+    plain ``open()`` would make it, a replaced file keeps the permissions it had."""
+    previous = os.umask(0o022)
+    try:
+        atomic_write_text(tmp_path / "new.json", "{}")
+        assert stat.S_IMODE((tmp_path / "new.json").stat().st_mode) == 0o644
+        os.umask(0o077)
+        atomic_write_text(tmp_path / "private.json", "{}")
+        assert stat.S_IMODE((tmp_path / "private.json").stat().st_mode) == 0o600
+        os.chmod(tmp_path / "new.json", 0o640)
+        atomic_write_text(tmp_path / "new.json", "[]")
+        assert stat.S_IMODE((tmp_path / "new.json").stat().st_mode) == 0o640
+    finally:
+        os.umask(previous)
