@@ -20,6 +20,7 @@ __all__ = [
     "EmbeddingLSTMClassifier",
     "SharedLinearNet",
     "SmallCNN",
+    "TrainingOnlyPath",
     "TransformerBlockClassifier",
 ]
 
@@ -239,3 +240,20 @@ class SharedLinearNet(nn.Module):
             batch_size, self.width, generator=generator, dtype=self.head.weight.dtype
         )
         return inputs, _labels(generator, batch_size, self.classes)
+
+
+class TrainingOnlyPath(nn.Module):
+    """A parameter used only in training mode, through ``h @ W`` (no fast-path rule): the fast
+    path's eval-mode trials never reach it, its first training lot does."""
+
+    def __init__(self, classes: int = 2) -> None:
+        super().__init__()
+        self.first = nn.Linear(4, 4)
+        self.extra = nn.Parameter(0.1 * torch.randn(4, 4))
+        self.head = nn.Linear(4, classes)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        hidden = torch.tanh(self.first(inputs))
+        if self.training:
+            hidden = hidden + hidden @ self.extra
+        return self.head(hidden)  # type: ignore[no-any-return]

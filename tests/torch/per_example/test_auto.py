@@ -16,6 +16,7 @@ from dpcore.torch.errors import (
     NoExactEngineError,
 )
 from dpcore.torch.per_example.layer_handlers import LinearHandler
+from tests.torch.models import TrainingOnlyPath
 from tests.torch.reference import assert_matches_loop
 
 CROSS_ENTROPY = nn.CrossEntropyLoss(reduction="none")
@@ -157,26 +158,9 @@ def test_the_model_s_own_error_is_raised_unchanged() -> None:
     assert not isinstance(raised.value, IncompatibleModelError)
 
 
-class _TrainingOnlyPath(nn.Module):
-    """A parameter used only in training mode, through ``h @ W`` (no fast-path rule): the fast
-    path's eval-mode trials pass, its first training lot cannot."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.first = nn.Linear(4, 4)
-        self.extra = nn.Parameter(0.1 * torch.randn(4, 4))
-        self.head = nn.Linear(4, 2)
-
-    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        hidden = torch.tanh(self.first(inputs))
-        if self.training:
-            hidden = hidden + hidden @ self.extra
-        return self.head(hidden)  # type: ignore[no-any-return]
-
-
 def test_a_path_taken_in_training_mode_only_chooses_again_on_the_first_lot() -> None:
     torch.manual_seed(0)
-    model = _TrainingOnlyPath().double().train()
+    model = TrainingOnlyPath().double().train()
     generator = torch.Generator().manual_seed(1)
     inputs = torch.randn(9, 4, generator=generator, dtype=torch.float64)
     targets = torch.randint(0, 2, (9,), generator=generator)
@@ -204,7 +188,7 @@ def _loop(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> list
 def test_after_the_first_lot_the_choice_stands() -> None:
     """A refusal on a later lot is raised, typed: the run's engine does not change mid-run."""
     torch.manual_seed(0)
-    model = _TrainingOnlyPath().double().eval()
+    model = TrainingOnlyPath().double().eval()
     generator = torch.Generator().manual_seed(1)
     inputs = torch.randn(9, 4, generator=generator, dtype=torch.float64)
     targets = torch.randint(0, 2, (9,), generator=generator)

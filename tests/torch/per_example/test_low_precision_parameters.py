@@ -20,6 +20,7 @@ from torch import nn
 
 from dpcore.torch.engines import make_engine
 from dpcore.torch.errors import EngineFallbackWarning, IncompatibleModelError
+from tests.torch.models import TrainingOnlyPath
 from tests.torch.reference import loop_clipped_sum, loop_gradients
 
 CROSS_ENTROPY = nn.CrossEntropyLoss(reduction="none")
@@ -76,23 +77,9 @@ def test_large_bfloat16_lots_stay_on_the_fast_path_and_within_rounding() -> None
             assert float((found.double() - wanted).norm() / wanted.norm()) < 2e-2
 
 
-class _TrainingOnlyPath(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.first = nn.Linear(4, 4)
-        self.extra = nn.Parameter(0.1 * torch.randn(4, 4))
-        self.head = nn.Linear(4, 3)
-
-    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        hidden = torch.tanh(self.first(inputs))
-        if self.training:
-            hidden = hidden + hidden @ self.extra
-        return self.head(hidden)  # type: ignore[no-any-return]
-
-
 def test_a_path_the_fast_path_cannot_follow_is_still_refused_in_bfloat16() -> None:
     torch.manual_seed(0)
-    model = _TrainingOnlyPath().to(torch.bfloat16).train()
+    model = TrainingOnlyPath(classes=3).to(torch.bfloat16).train()
     inputs = torch.randn(300, 4).to(torch.bfloat16)
     labels = torch.randint(0, 3, (300,))
     engine = make_engine(model, engine="fast", max_grad_norm=1.0)
