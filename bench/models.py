@@ -11,7 +11,9 @@ interpreter for each row, :func:`measure_in_fresh_process`), lot :data:`BATCH_SI
   prepared on the lot's first 8 examples before timing; the row records the engine ``auto``
   picked and any fallback warning; ``clipped_sum`` then ``DPOptimizer.step``), ``opacus_hooks``
   and ``opacus_ghost`` (``PrivacyEngine.make_private`` with that ``grad_sample_mode``, see
-  :func:`bench.models_peers.opacus_step`). Each method takes :data:`WARMUP` untimed steps, then
+  :func:`bench.models_peers.opacus_step`; where Opacus refuses the model as given and
+  ``ModuleValidator.fix`` leaves its outputs unchanged, ``nn.GRU`` by Opacus' ``DPGRU``, on the
+  fixed model, the refusal kept as ``after_fix``: the model a user would train with Opacus). Each method takes :data:`WARMUP` untimed steps, then
   the methods are timed *interleaved*: repetition r times one step of every method, starting
   with method ``r mod 4`` so no method always runs first. A method that fails (building or
   stepping) records its error class and the first line of its message, and no number.
@@ -244,18 +246,40 @@ def _build_steps(
             elif method == "dpcore":
                 steps[method] = _dpcore_step(own, inputs, targets, facts[method])
             else:
-                steps[method] = models_peers.opacus_step(
-                    method.removeprefix("opacus_"),
-                    own,
-                    inputs,
-                    targets,
-                    noise_multiplier=NOISE_MULTIPLIER,
-                    max_grad_norm=MAX_GRAD_NORM,
-                    learning_rate=LEARNING_RATE,
-                )
+                steps[method] = _opacus_step(method, own, inputs, targets, facts[method])
         except Exception as error:  # a peer's refusal is a result, not a crash
             facts[method]["error"] = error_record(error, "build")
     return steps
+
+
+def _opacus_step(
+    method: str, model: nn.Module, inputs: Any, targets: torch.Tensor, facts: dict[str, Any]
+) -> Callable[[], None]:
+    """Opacus' step on ``model``; where Opacus refuses it and ``ModuleValidator.fix`` gives the
+    same function (:func:`bench.models_peers.exactly_fixed`: ``nn.GRU`` by ``DPGRU``), its step
+    on the fixed model, with the refusal kept in ``facts["after_fix"]``."""
+
+    def step(own: nn.Module) -> Callable[[], None]:
+        return models_peers.opacus_step(
+            method.removeprefix("opacus_"),
+            own,
+            inputs,
+            targets,
+            noise_multiplier=NOISE_MULTIPLIER,
+            max_grad_norm=MAX_GRAD_NORM,
+            learning_rate=LEARNING_RATE,
+        )
+
+    original = copy.deepcopy(model)
+    try:
+        return step(model)
+    except Exception as refused:
+        fixed = models_peers.exactly_fixed(original, inputs)
+        if fixed is None:
+            raise
+        made = step(fixed)
+        facts["after_fix"] = error_record(refused, "build")
+        return made
 
 
 def time_interleaved(
@@ -383,6 +407,18 @@ def _opacus_exactness(
     }
 
 
+def _opacus_exactness_as_trained(
+    model: nn.Module, inputs: Any, targets: torch.Tensor, gradients: dict[str, list[torch.Tensor]]
+) -> dict[str, Any]:
+    """Opacus' hooks on the model it trains: ``model``, or the exactly fixed one (compared with
+    the loop on that model; its parameters have other names), marked ``after_fix``."""
+    fixed = models_peers.exactly_fixed(model, inputs)
+    if fixed is None:
+        return _opacus_exactness(model, inputs, targets, gradients)
+    own = loop_gradients(fixed, inputs, targets)
+    return {**_opacus_exactness(fixed, inputs, targets, own), "after_fix": True}
+
+
 def exactness(model_recipe: ModelRecipe, sizes: Sizes = DEFAULT_SIZES) -> dict[str, Any]:
     """dpcore's and Opacus' per-example gradients against the float64 loop, and Opacus' fix,
     for the model built at ``sizes``.
@@ -399,7 +435,7 @@ def exactness(model_recipe: ModelRecipe, sizes: Sizes = DEFAULT_SIZES) -> dict[s
     result: dict[str, Any] = {"lot": EXACTNESS_LOT, "dtype": "float64", "tolerance": TOLERANCE}
     parts: dict[str, Callable[[nn.Module], dict[str, Any]]] = {
         "dpcore": lambda own: _dpcore_exactness(own, inputs, targets, gradients),
-        "opacus_hooks": lambda own: _opacus_exactness(own, inputs, targets, gradients),
+        "opacus_hooks": lambda own: _opacus_exactness_as_trained(own, inputs, targets, gradients),
         "opacus_fix": lambda own: models_peers.fix_difference(own, inputs),
     }
     for part, check in parts.items():

@@ -11,6 +11,8 @@ gradients, and what ``ModuleValidator.fix`` does to a model's function.
 - :func:`fix_difference`: the model before and after ``ModuleValidator.fix`` (the replacement
   Opacus asks users to make for the layers its hooks do not support), on the same lot: which
   layers were replaced and the largest difference of their outputs.
+- :func:`exactly_fixed`: the fixed model where the fix leaves the outputs unchanged (``nn.GRU``
+  by Opacus' ``DPGRU``), so that Opacus is measured on the model a user would train with it.
 
 Opacus is imported inside these functions only.
 """
@@ -28,7 +30,18 @@ from torch import nn
 from bench.models_zoo import Criterion, per_example_loss
 from dpcore.torch.batches import call_model
 
-__all__ = ["fix_difference", "opacus_gradients", "opacus_step", "opacus_version"]
+__all__ = [
+    "FIX_TOLERANCE",
+    "exactly_fixed",
+    "fix_difference",
+    "opacus_gradients",
+    "opacus_step",
+    "opacus_version",
+]
+
+#: The largest output difference (relative to the outputs' scale) at which a model fixed by
+#: ``ModuleValidator.fix`` counts as the same model (float32 rounding of a re-implemented layer).
+FIX_TOLERANCE = 1e-5
 
 
 def opacus_version() -> str | None:
@@ -157,3 +170,26 @@ def fix_difference(model: nn.Module, inputs: Any) -> dict[str, Any]:
         "replaced_by": sorted(after - before),
         "max_abs_output_difference": float((original - changed).abs().max()),
     }
+
+
+def exactly_fixed(model: nn.Module, inputs: Any) -> nn.Module | None:
+    """``ModuleValidator.fix`` of a copy of ``model`` when it replaced a layer and the outputs
+    on ``inputs`` stay within :data:`FIX_TOLERANCE` of the original's (relative to their
+    largest magnitude); else None (nothing to fix, or the fix changes the model's function).
+    """
+    try:
+        found = fix_difference(model, inputs)
+    except Exception:  # the fix itself fails: Opacus is measured on the model as given
+        return None
+    if not found["replaced"]:
+        return None
+    with torch.no_grad():
+        scale = float(_outputs(call_model(model, inputs)).abs().max()) or 1.0
+    if found["max_abs_output_difference"] > FIX_TOLERANCE * scale:
+        return None
+    from opacus.validators import ModuleValidator
+
+    dtype = next(model.parameters()).dtype
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ModuleValidator.fix(copy.deepcopy(model)).to(dtype)  # type: ignore[no-any-return]

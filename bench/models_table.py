@@ -66,6 +66,13 @@ def _method_cell(method: dict[str, Any] | None, notes: _Notes) -> str:
         error = method["error"]
         verb = "refused" if error["stage"] == "build" else "fails"
         return f"{verb} {notes.add(_error_text(error))}"
+    if method.get("after_fix"):
+        refused = _error_text(method["after_fix"])
+        note = notes.add(
+            f"Opacus refuses the model as given ({refused}); measured after ModuleValidator.fix, "
+            "which leaves its outputs unchanged"
+        )
+        return f"{_ratio(method.get('ratio_to_nonprivate'))} {note}"
     return _ratio(method.get("ratio_to_nonprivate"))
 
 

@@ -352,3 +352,20 @@ def test_the_command_line_adds_models_to_the_models_benchmark_only() -> None:
 
     with pytest.raises(SystemExit):
         main(["training", "--add-models", "gru"])
+
+
+def test_opacus_is_measured_after_a_fix_that_keeps_the_model(tmp_path: Path) -> None:
+    """Opacus refuses nn.GRU and ModuleValidator.fix swaps in its DPGRU with the same outputs:
+    Opacus is timed and checked on the fixed model, the refusal kept beside the numbers."""
+    (row,) = models.run(tmp_path, quick=True, models=("gru",))
+    for method in ("opacus_hooks", "opacus_ghost"):
+        entry = row["methods"][method]
+        assert entry["after_fix"]["type"] == "UnsupportedModuleError"
+        assert entry["error"] is not None or entry["ratio_to_nonprivate"] > 0
+    assert row["methods"]["opacus_hooks"]["error"] is None
+    hooks = row["exactness"]["opacus_hooks"]
+    assert hooks["after_fix"] is True and "max_abs_diff" in hooks
+    assert "measured after ModuleValidator.fix" in (tmp_path / "models.md").read_text()
+    encoder = models_zoo.recipe("transformer_encoder")
+    inputs, _ = encoder.make_lot(4, 0)
+    assert models_peers.exactly_fixed(encoder.model(), inputs) is None  # its fix changes it
