@@ -13,10 +13,11 @@ interpreter for each row, :func:`measure_in_fresh_process`), lot :data:`BATCH_SI
   and ``opacus_ghost`` (``PrivacyEngine.make_private`` with that ``grad_sample_mode``, see
   :func:`bench.models_peers.opacus_step`; where Opacus refuses the model as given and
   ``ModuleValidator.fix`` leaves its outputs unchanged, ``nn.GRU`` by Opacus' ``DPGRU``, on the
-  fixed model, the refusal kept as ``after_fix``: the model a user would train with Opacus). Each method takes :data:`WARMUP` untimed steps, then
-  the methods are timed *interleaved*: repetition r times one step of every method, starting
-  with method ``r mod 4`` so no method always runs first. A method that fails (building or
-  stepping) records its error class and the first line of its message, and no number.
+  fixed model, the refusal kept as ``after_fix``: the model a user would train with Opacus).
+  Each method takes :data:`WARMUP` untimed steps, then the methods are timed *interleaved*:
+  repetition r times one step of every method, starting with method ``r mod 4`` so no method
+  always runs first. A method that fails (building or stepping) records its error class and the
+  first line of its message, and no number.
 - **Ratios**: for each repetition, a method's step time over the non-private step's (or over
   an Opacus step's, for ``dpcore_over_opacus_*``) of that same repetition; the row holds the
   median over repetitions, beside each method's median step time.

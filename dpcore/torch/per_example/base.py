@@ -28,6 +28,7 @@ from dpcore.torch.per_example.trial import (
     finite_examples,
     full_precision,
     per_example_losses,
+    states_kept,
     trial_lot,
     trial_sizes,
 )
@@ -159,7 +160,8 @@ class PerExampleEngine(abc.ABC):
         (:func:`~dpcore.torch.per_example.trial.check_examples_independent_in_training`), and the
         engine must agree with a one-example-at-a-time autograd loop (engine-specific). An
         engine not prepared explicitly prepares itself on its first non-empty lot. The trial
-        runs in full precision even inside ``torch.autocast``.
+        runs in full precision even inside ``torch.autocast``, and leaves the model's buffers
+        and the random states as they were.
 
         Args:
             inputs: one or more examples (a few distinct ones are best), batch-first.
@@ -175,7 +177,7 @@ class PerExampleEngine(abc.ABC):
             raise InvalidParameterError(
                 "inputs", "at least one example, with as many targets", size
             )
-        with full_precision():
+        with full_precision(), states_kept(self.model, inputs):  # the trials leave no trace
             finite = finite_examples(self.model, inputs, targets, loss_fn)
             if not finite:
                 return  # nothing to try on yet: the next non-empty lot prepares

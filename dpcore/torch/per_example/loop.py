@@ -6,8 +6,8 @@ per-example gradient is kept, so memory is one gradient and the sum. This is the
 other engines are checked against (:mod:`dpcore.torch.per_example.trial`), so it needs no
 comparison of its own: it takes every differentiable model whose examples are independent,
 including those the fast path cannot attribute and ``torch.func.vmap`` cannot run (packed
-sequences, mixture-of-experts routing that indexes the lot, transformers' Mamba and RWKV,
-scripted modules, Python control flow on the data). The price is one forward and backward pass
+sequences, mixture-of-experts routing that indexes the lot, scripted modules, Python control
+flow on the data). The price is one forward and backward pass
 per example: ``engine="auto"`` uses it last, with an
 :class:`~dpcore.torch.errors.EngineFallbackWarning` giving the other engines' reasons.
 

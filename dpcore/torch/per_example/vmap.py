@@ -32,7 +32,7 @@ from dpcore.torch.per_example.base import (
     per_example_losses,
 )
 from dpcore.torch.per_example.stateless import functional_call_restoring
-from dpcore.torch.per_example.trial import compare_with_loop, eval_mode
+from dpcore.torch.per_example.trial import compare_with_loop, eval_mode, states_kept
 from dpcore.torch.recurrent import decomposed_recurrence
 from dpcore.validation import check_count
 
@@ -77,12 +77,14 @@ def vmap_refusal(error: Exception) -> IncompatibleModelError:
     """
     lines = str(error).strip().splitlines() or [type(error).__name__]
     reason = lines[0] if len(lines[0]) <= 300 else lines[0][:297] + "..."
-    return IncompatibleModelError(
+    refusal = IncompatibleModelError(
         f"VmapEngine cannot run this model under torch.func.vmap ({reason}); vmap needs every "
         "operation of one example's forward to run batched, without data-dependent Python "
         "control flow or .item(). Use the fast engine (engine='fast'), with the layers it "
         "handles, or the JL engine."
     )
+    refusal.vmap_failed = True  # type: ignore[attr-defined]
+    return refusal
 
 
 def per_example_gradients(
@@ -190,22 +192,40 @@ class VmapEngine(PerExampleEngine):
         )
 
     def _check_trial(self, inputs: Batch, targets: Batch, loss_fn: LossFunction) -> None:
-        """Per-example gradients equal the loop's (vmap runs each example as a lot of one)."""
-        with eval_mode(self.model):  # the loop too: dropout would draw differently in each
-            gradients, _, _ = per_example_gradients(
-                self.model, inputs, targets, loss_fn, chunk_size=self.chunk_size
-            )
-            compare_with_loop(
-                self,
-                inputs,
-                targets,
-                loss_fn,
-                {name: flat_rows(rows).square().sum(1) for name, rows in gradients.items()},
-                lambda factors: {
-                    name: torch.tensordot(factors.to(rows.dtype), rows, dims=1)
-                    for name, rows in gradients.items()
-                },
-            )
+        """Per-example gradients equal the loop's (vmap runs each example as a lot of one).
+
+        In eval mode, so that dropout draws nothing in either. A model that vmap cannot run in
+        eval mode although it trains in training mode (a Hugging Face Mamba or RWKV writes its
+        eval-mode cache in place) is tried in its own mode instead, buffers and random states
+        restored afterwards: a model that draws random numbers there differs from the loop
+        (vmap draws each example's own) and is refused, one that draws none is compared
+        exactly.
+        """
+        try:
+            with eval_mode(self.model):  # the loop too: dropout would draw differently in each
+                self._compare(inputs, targets, loss_fn)
+        except IncompatibleModelError as error:
+            training = any(module.training for module in self.model.modules())
+            if not (training and getattr(error, "vmap_failed", False)):
+                raise
+            with states_kept(self.model, inputs):
+                self._compare(inputs, targets, loss_fn)
+
+    def _compare(self, inputs: Batch, targets: Batch, loss_fn: LossFunction) -> None:
+        gradients, _, _ = per_example_gradients(
+            self.model, inputs, targets, loss_fn, chunk_size=self.chunk_size
+        )
+        compare_with_loop(
+            self,
+            inputs,
+            targets,
+            loss_fn,
+            {name: flat_rows(rows).square().sum(1) for name, rows in gradients.items()},
+            lambda factors: {
+                name: torch.tensordot(factors.to(rows.dtype), rows, dims=1)
+                for name, rows in gradients.items()
+            },
+        )
 
     def _clipped_sum(self, inputs: Batch, targets: Batch, loss_fn: LossFunction) -> ClippedBatch:
         gradients, losses, outputs = per_example_gradients(

@@ -3,12 +3,11 @@ configs, random weights: :mod:`tests.torch.library_models`, the models benchmark
 dpcore's exact engines.
 
 ``auto`` must pick the fast engine for each (the loop engine for Mixtral, whose experts run on
-the tokens routed to them, and for Mamba and RWKV, which use operations the fast path has no
-rule for and vmap cannot batch; the vmap engine, with its decomposed recurrence, for torch's
-``nn.GRU``), and its per-example norms and clipped
-sums equal a one-example-at-a-time autograd loop in float64; the vmap engine drops the outputs'
-cache objects and refuses, with a typed error, a model it cannot run (BERT's attention-mask
-checks branch on the data).
+the tokens routed to them; the vmap engine for Mamba and RWKV, which use operations the fast
+path has no rule for, and, with its decomposed recurrence, for torch's ``nn.GRU``), and its
+per-example norms and clipped sums equal a one-example-at-a-time autograd loop in float64; the
+vmap engine drops the outputs' cache objects and refuses, with a typed error, a model it cannot
+run (BERT's attention-mask checks branch on the data).
 
 timm is not installed beside the project's torch (its torchvision needs another torch build), so
 the timm models are tested here only where timm is installed: they run in the models benchmark's own
@@ -38,13 +37,14 @@ TOLERANCE = 1e-10
 #: The engine ``auto`` picks for each model.
 AUTO_PICKS = dict.fromkeys(LIBRARY_MODELS, "fast") | {
     "mixtral": "loop",
-    "mamba": "loop",
-    "rwkv": "loop",
+    "mamba": "vmap",
+    "rwkv": "vmap",
     "gru": "vmap",
 }
-#: Models tested in training mode (their dropout is 0): RWKV's eval-mode forward writes its
-#: state in place, so neither it nor plain autograd can differentiate it there.
-TRAINING_MODE = {"rwkv"}
+#: Models tested in training mode (their dropout is 0): RWKV's and Mamba's eval-mode forwards
+#: write their cache in place (RWKV's cannot be differentiated there even by plain autograd, and
+#: vmap can run neither), their training-mode forwards keep no cache.
+TRAINING_MODE = {"rwkv", "mamba"}
 
 
 #: The models whose library imports here: timm's only in the models benchmark's environment.

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from dpcore.torch.errors import NonFiniteGradientError
+from dpcore.torch.errors import IncompatibleModelError, NonFiniteGradientError
 from dpcore.torch.per_example.vmap import VmapEngine
 from tests.torch.reference import (
     assert_matches_loop,
@@ -137,3 +137,40 @@ def test_recurrent_layers_run_decomposed_and_match_the_loop(kind: str) -> None:
 class _LastStep(nn.Module):
     def forward(self, outputs: tuple[torch.Tensor, object]) -> torch.Tensor:
         return outputs[0][:, -1]
+
+
+class _EvalCache(nn.Module):
+    """Writes each lot's last hidden state into a cache buffer in place, in eval mode only (a
+    Hugging Face Mamba's or RWKV's generation cache): vmap cannot run that write, training can.
+    With ``dropout``, its training mode draws random numbers."""
+
+    def __init__(self, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.first = nn.Linear(4, 5)
+        self.head = nn.Linear(5, 3)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("cache", torch.zeros(1, 5))
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        hidden = torch.tanh(self.first(inputs))
+        if not self.training:
+            self.cache.copy_(hidden[-1:].detach())
+        return self.head(self.dropout(hidden))  # type: ignore[no-any-return]
+
+
+def test_a_model_vmap_runs_in_training_mode_only_is_tried_in_its_own_mode() -> None:
+    torch.manual_seed(0)
+    model = _EvalCache().double().train()
+    generator = torch.Generator().manual_seed(1)
+    inputs = torch.randn(7, 4, generator=generator, dtype=torch.float64)
+    targets = torch.randint(0, 3, (7,), generator=generator)
+    loss = nn.CrossEntropyLoss(reduction="none")
+    engine = VmapEngine(model, max_grad_norm=1.0)
+    engine.prepare(inputs, targets, loss)
+    assert_matches_loop(engine, model, inputs, targets, loss, 1e-12)
+    assert not model.cache.any()  # the trial in training mode wrote nothing
+    random = _EvalCache(dropout=0.5).double().train()
+    with pytest.raises(IncompatibleModelError, match="differ from a one-example-at-a-time"):
+        VmapEngine(random, max_grad_norm=1.0).prepare(inputs, targets, loss)
+    with pytest.raises(IncompatibleModelError, match="cannot run this model"):
+        VmapEngine(_EvalCache().double().eval(), max_grad_norm=1.0).prepare(inputs, targets, loss)
