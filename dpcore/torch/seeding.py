@@ -10,10 +10,11 @@ from collections.abc import Iterator
 
 import torch
 
-__all__ = ["torch_seeded"]
+__all__ = ["GLOBAL_GENERATOR", "torch_seeded"]
 
-#: held while one block seeds torch's global generator and draws from it
-_GLOBAL_GENERATOR = threading.Lock()
+#: held while one block seeds torch's global generator and draws from it, or saves and restores
+#: its state (the engines' training-mode trials); re-entrant, so a trial may run inside a block
+GLOBAL_GENERATOR = threading.RLock()
 
 
 @contextlib.contextmanager
@@ -33,6 +34,6 @@ def torch_seeded(seed: int) -> Iterator[None]:
         ...     bool(torch.equal(first, torch.rand(2)))
         True
     """
-    with _GLOBAL_GENERATOR:
+    with GLOBAL_GENERATOR:
         torch.manual_seed(seed)
         yield

@@ -23,12 +23,12 @@ from dpcore.torch.compat import check_independent_examples
 from dpcore.torch.errors import IncompatibleModelError, NonFiniteGradientError
 from dpcore.torch.per_example.trial import (
     LossFunction,
+    buffers_kept,
     check_examples_independent,
     check_examples_independent_in_training,
     finite_examples,
     full_precision,
     per_example_losses,
-    states_kept,
     trial_lot,
     trial_sizes,
 )
@@ -160,8 +160,8 @@ class PerExampleEngine(abc.ABC):
         (:func:`~dpcore.torch.per_example.trial.check_examples_independent_in_training`), and the
         engine must agree with a one-example-at-a-time autograd loop (engine-specific). An
         engine not prepared explicitly prepares itself on its first non-empty lot. The trial
-        runs in full precision even inside ``torch.autocast``, and leaves the model's buffers
-        and the random states as they were.
+        runs in full precision even inside ``torch.autocast``, and leaves the model's buffers as
+        they were (and the random states, where a trial runs in training mode).
 
         Args:
             inputs: one or more examples (a few distinct ones are best), batch-first.
@@ -177,7 +177,10 @@ class PerExampleEngine(abc.ABC):
             raise InvalidParameterError(
                 "inputs", "at least one example, with as many targets", size
             )
-        with full_precision(), states_kept(self.model, inputs):  # the trials leave no trace
+        # the trials leave the buffers as they were (an eval-mode forward may write one); the
+        # random states are forked only where a trial runs in training mode (a global state:
+        # forking it here would race with other threads' draws)
+        with full_precision(), buffers_kept(self.model):
             finite = finite_examples(self.model, inputs, targets, loss_fn)
             if not finite:
                 return  # nothing to try on yet: the next non-empty lot prepares

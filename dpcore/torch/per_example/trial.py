@@ -34,6 +34,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 from dpcore.errors import DPCoreError, InvalidParameterError
 from dpcore.torch.batches import Batch, batch_size, call_model, flat_rows, take, tensors
 from dpcore.torch.errors import ExamplesInteractError, IncompatibleModelError
+from dpcore.torch.seeding import GLOBAL_GENERATOR
 
 LossFunction = Callable[[Any, Any], torch.Tensor]
 """``loss_fn(outputs, targets)`` returning one loss per example, shape ``(batch,)``."""
@@ -41,6 +42,7 @@ LossFunction = Callable[[Any, Any], torch.Tensor]
 __all__ = [
     "LossFunction",
     "autocast_dtype",
+    "buffers_kept",
     "check_examples_independent",
     "check_examples_independent_in_training",
     "close",
@@ -312,7 +314,7 @@ def check_examples_independent_in_training(
             if t.device.type == "cuda"
         }
     )
-    with torch.no_grad(), _buffers_kept(model), _same_draws(devices) as reset:
+    with torch.no_grad(), buffers_kept(model), _same_draws(devices) as reset:
 
         def losses(lot: Batch, lot_targets: Batch) -> torch.Tensor:
             reset()
@@ -346,6 +348,13 @@ def _same_draws(devices: Sequence[int]) -> Iterator[Callable[[], None]]:
     """A function that resets every random state a forward may draw from to the state at entry
     (torch's CPU and the given CUDA devices', Python's ``random``, NumPy's global one: dropout,
     layer drop, SpecAugment masks); the states are restored when closed."""
+    # no other thread seeds or restores the states meanwhile
+    with GLOBAL_GENERATOR, _draws_reset(devices) as reset:
+        yield reset
+
+
+@contextlib.contextmanager
+def _draws_reset(devices: Sequence[int]) -> Iterator[Callable[[], None]]:
     python_state, numpy_state = random.getstate(), numpy.random.get_state()
     with torch.random.fork_rng(devices=devices):
         cpu = torch.get_rng_state()
@@ -377,12 +386,12 @@ def states_kept(model: nn.Module, inputs: Batch) -> Iterator[None]:
             if t.device.type == "cuda"
         }
     )
-    with _buffers_kept(model), _same_draws(devices):
+    with buffers_kept(model), _same_draws(devices):
         yield
 
 
 @contextlib.contextmanager
-def _buffers_kept(model: nn.Module) -> Iterator[None]:
+def buffers_kept(model: nn.Module) -> Iterator[None]:
     """The model's buffers restored (values and objects) when closed."""
     saved = [
         (module, name, buffer, buffer.detach().clone())
