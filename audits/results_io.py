@@ -30,8 +30,10 @@ def save(audit: str, rows: list[dict[str, Any]], config: dict[str, Any]) -> Path
     """Write ``results/<audit>.json`` (the rows) and ``results/<audit>.meta.json`` atomically."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{audit}.json"
-    atomic_write_text(path, json.dumps(rows, indent=1, allow_nan=False) + "\n")
+    # the commit before the rows are written: a tracked results file, once rewritten, would
+    # mark the checkout as changed ("-dirty") although the code that made the rows was not
     meta = provenance(root=ROOT, audit=audit, config=config)
+    atomic_write_text(path, json.dumps(rows, indent=1, allow_nan=False) + "\n")
     atomic_write_text(RESULTS / f"{audit}.meta.json", json.dumps(meta, indent=1) + "\n")
     return path
 

@@ -3,7 +3,7 @@
 Each training is one run of :func:`dpcore.runs.run_many` in the audit's run store
 (``audits/results/runs/blackbox``, keyed by the code of this package and the parts of dpcore a
 run uses): results on disk are the truth, and an interrupted audit resumes where it stopped.
-Rows are saved (``audits/results/blackbox.json`` and its provenance) after every setting.
+Rows are saved (``audits/results/blackbox.json`` and its provenance) after every row.
 """
 
 from __future__ import annotations
@@ -239,7 +239,7 @@ def run(
     checkpoint: str | Path | None = None,
     progress: bool = True,
 ) -> list[dict[str, Any]]:
-    """Audit every (setting, claim) of a profile; save its results as rows come
+    """Audit every (setting, claim) of a profile; save its results after every row
     (``results/blackbox.json`` for the full profile, ``results/blackbox_<profile>.json`` else).
 
     Args:
@@ -317,7 +317,7 @@ def run(
             )
             if checkpoint is not None:
                 export_runs(kept, plan_runs(whole), checkpoint)
-        save(stem, _in_profile_order(whole, merged(previous, meta, rows)), config)
+            save(stem, _in_profile_order(whole, merged(previous, meta, rows)), config)
     return rows
 
 
