@@ -17,7 +17,7 @@ from dpcore.torch.errors import (
 )
 from dpcore.torch.per_example.layer_handlers import LinearHandler
 from tests.torch.models import TrainingOnlyPath
-from tests.torch.reference import assert_matches_loop
+from tests.torch.reference import assert_matches_loop, loop_gradients, loop_norms
 
 CROSS_ENTROPY = nn.CrossEntropyLoss(reduction="none")
 
@@ -161,37 +161,29 @@ def test_the_model_s_own_error_is_raised_unchanged() -> None:
 def test_a_path_taken_in_training_mode_only_chooses_again_on_the_first_lot() -> None:
     torch.manual_seed(0)
     model = TrainingOnlyPath().double().train()
-    generator = torch.Generator().manual_seed(1)
-    inputs = torch.randn(9, 4, generator=generator, dtype=torch.float64)
-    targets = torch.randint(0, 2, (9,), generator=generator)
+    inputs, targets = _training_lot()
     engine = make_engine(model, engine="auto", max_grad_norm=1.0)
     engine.prepare(inputs, targets, CROSS_ENTROPY)
     assert engine.name == "fast"  # eval-mode trials never reach 'extra'
     with pytest.warns(EngineFallbackWarning, match="'extra'"):
         lot = engine.clipped_sum(inputs, targets, CROSS_ENTROPY)
     assert engine.name == "vmap"
-    gradients = _loop(model, inputs, targets)  # in training mode (this model draws nothing)
-    norms = torch.stack([torch.sqrt(sum(g.square().sum() for g in row)) for row in gradients])
-    torch.testing.assert_close(lot.norms, norms, rtol=0, atol=1e-12)
+    gradients = loop_gradients(model, inputs, targets, CROSS_ENTROPY)  # training mode, no draws
+    torch.testing.assert_close(lot.norms, loop_norms(gradients), rtol=0, atol=1e-12)
     assert_matches_loop(engine, model, inputs, targets, CROSS_ENTROPY, 1e-12)
 
 
-def _loop(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> list[list[Any]]:
-    parameters = [p for p in model.parameters() if p.requires_grad]
-    rows = []
-    for i in range(len(inputs)):
-        loss = CROSS_ENTROPY(model(inputs[i : i + 1]), targets[i : i + 1]).sum()
-        rows.append(list(torch.autograd.grad(loss, parameters)))
-    return rows
+def _training_lot() -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(1)
+    inputs = torch.randn(9, 4, generator=generator, dtype=torch.float64)
+    return inputs, torch.randint(0, 2, (9,), generator=generator)
 
 
 def test_after_the_first_lot_the_choice_stands() -> None:
     """A refusal on a later lot is raised, typed: the run's engine does not change mid-run."""
     torch.manual_seed(0)
     model = TrainingOnlyPath().double().eval()
-    generator = torch.Generator().manual_seed(1)
-    inputs = torch.randn(9, 4, generator=generator, dtype=torch.float64)
-    targets = torch.randint(0, 2, (9,), generator=generator)
+    inputs, targets = _training_lot()
     engine = make_engine(model, engine="auto", max_grad_norm=1.0)
     engine.clipped_sum(inputs, targets, CROSS_ENTROPY)  # eval mode: fast, no 'extra'
     assert engine.name == "fast"
