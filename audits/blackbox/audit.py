@@ -23,10 +23,10 @@ from audits.blackbox import data, profiles, scores, settings, training
 from audits.blackbox.decision import decide
 from audits.blackbox.profiles import Profile
 from audits.blackbox.scores import MEMBERSHIP_SIGN, SCORES
+from audits.blackbox.selection import chosen, merged
 from audits.blackbox.settings import BlackBoxRun, BlackBoxSetting
 from audits.results_io import run_store, save
 from dpcore.accountants import PldAccountant
-from dpcore.errors import InvalidParameterError
 from dpcore.events import dpsgd_event
 from dpcore.provenance import provenance
 from dpcore.runs import (
@@ -192,19 +192,8 @@ def select(plan: Profile, wanted: Sequence[str] | None) -> Profile:
         InvalidParameterError: an entry of ``wanted`` matches no setting of the profile (the
             message lists the profile's setting names).
     """
-    if wanted is None:
-        return plan
-    names = [setting.name for setting, _ in plan.audits]
-    for text in wanted:
-        if not any(text.lower() in name.lower() for name in names):
-            raise InvalidParameterError(
-                "setting_names", f"parts of the {plan.name!r} profile's setting names {names}", text
-            )
-    kept = tuple(
-        (setting, runs)
-        for setting, runs in plan.audits
-        if any(text.lower() in setting.name.lower() for text in wanted)
-    )
+    keep = chosen([setting.name for setting, _ in plan.audits], wanted, plan.name)
+    kept = tuple(entry for entry, wanted_here in zip(plan.audits, keep, strict=True) if wanted_here)
     return dataclasses.replace(plan, audits=kept)
 
 
@@ -216,18 +205,6 @@ def plan_runs(plan: Profile) -> list[BlackBoxRun]:
         for epsilon in plan.epsilons
         for spec in runs_of(setting, epsilon, runs_per_world)
     ]
-
-
-def merged(
-    saved: list[dict[str, Any]], meta: dict[str, Any] | None, new: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
-    """``new`` rows in place of the saved rows of the same (setting, claim); every other saved
-    row is kept, stamped with the commit and date of the file it came from when it has none
-    (so a table assembled over several commits says which row was measured where)."""
-    fresh = {(row["setting_name"], row["epsilon"]) for row in new}
-    stamp = {"commit": (meta or {}).get("commit"), "created": (meta or {}).get("created")}
-    kept = [{**stamp, **row} for row in saved if (row["setting_name"], row["epsilon"]) not in fresh]
-    return kept + new
 
 
 def run(

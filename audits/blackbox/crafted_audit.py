@@ -13,6 +13,12 @@ noise of every step but the crafted gradient of only m. With Poisson lots (q < 1
 not show which steps held the record. The divisor q N is the same public constant in both
 worlds, so these laws are the score's exactly.
 
+For the MLP and the CNN the crafted gradient is not isolated (its direction d_t moves with the
+parameters; other records' gradients have parts along d_0): these laws then hold only
+approximately, and each row reports the smallest cosine of d_t with d_0 and the smallest norm of
+the crafted gradient (units of C) over its "in" runs' chosen steps
+(:mod:`audits.blackbox.crafted_gradient`).
+
 The decision is the black-box audit's (:func:`audits.blackbox.decision.decide`, 95 %,
 Bonferroni over the routes of a row): Clopper-Pearson always; for full batch also the GDP
 threshold route (full-batch DP-SGD is sqrt(T)/sigma-GDP whatever the period) and the
@@ -23,7 +29,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import textwrap
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -42,11 +50,14 @@ from audits.blackbox.crafted_gradient import (
     inserted_steps,
 )
 from audits.blackbox.decision import decide
+from audits.blackbox.selection import chosen as chosen_names
+from audits.blackbox.selection import merged, other_commits
 from audits.blackbox.settings import BlackBoxSetting
 from audits.results_io import run_store, save
 from dpcore.atomic import atomic_write_text
 from dpcore.errors import InvalidParameterError
 from dpcore.mechanisms.gaussian import gdp_epsilon
+from dpcore.provenance import provenance
 from dpcore.runs import ExecutorChoice, RunStore, SupportsSubmit, machine, run_many
 from dpcore.validation import check_count, check_delta, check_positive
 
@@ -82,6 +93,7 @@ SOURCES = (
     data,
     settings,
     training,
+    "audits.blackbox.opacus_training",  # by name: Opacus is imported by the runs that use it
     "dpcore.calibration",
     "dpcore.data.datasets",
     "dpcore.torch.noise",
@@ -210,6 +222,7 @@ def audit_setting(
     by_world: dict[str, list[float]] = {"out": [], "in": []}
     for spec, result in zip(runs, results, strict=True):
         by_world[spec.world].append(float(result[SCORE]))
+    inside = [result for spec, result in zip(runs, results, strict=True) if spec.world == "in"]
     base = setting.base
     decision = decide(
         {SCORE: by_world["out"]},
@@ -246,6 +259,8 @@ def audit_setting(
         "confidence": confidence,
         "runs_per_world": runs_per_world,
         "runs": len(runs),
+        "crafted_cosine": min(float(result["cosine"]) for result in inside),
+        "crafted_norm": min(float(result["norm"]) for result in inside),
         "run_seconds": float(np.sum([r["seconds"] for r in results])),
         "wall_seconds": time.perf_counter() - start,
         "decision": decision,
@@ -272,6 +287,25 @@ POISSON = dataclasses.replace(BlackBoxSetting(), sampling_probability=0.1, steps
 
 EVERY_STEP = CraftedSetting("full batch, every step")
 PERIOD_5 = CraftedSetting("full batch, every 5th step", period=5)
+#: The black-box audit's settings beyond the linear model trained by dpcore: Opacus 1.6, the MNIST
+#: CNN, and the whole of MNIST's training split (random init: no records left to pre-train on).
+OPACUS = CraftedSetting(
+    "Opacus: full batch, every step",
+    base=dataclasses.replace(BlackBoxSetting(), implementation="opacus"),
+)
+CNN = CraftedSetting(
+    "CNN: full batch, every step", base=dataclasses.replace(BlackBoxSetting(), model="cnn")
+)
+OPACUS_CNN = CraftedSetting(
+    "Opacus CNN: full batch, every step",
+    base=dataclasses.replace(BlackBoxSetting(), model="cnn", implementation="opacus"),
+)
+FULL_MNIST = dataclasses.replace(BlackBoxSetting(), subset_size=60_000, init="random")
+MNIST_60K = CraftedSetting("60,000 records: random init, full batch, every step", base=FULL_MNIST)
+OPACUS_60K = CraftedSetting(
+    "Opacus, 60,000 records: random init, full batch, every step",
+    base=dataclasses.replace(FULL_MNIST, implementation="opacus"),
+)
 
 PROFILES = {
     "quick": CraftedProfile("quick", ((EVERY_STEP, 40, EPSILONS), (PERIOD_5, 20, EPSILONS))),
@@ -283,6 +317,11 @@ PROFILES = {
             (PERIOD_5, 150, EPSILONS),
             (CraftedSetting("q = 0.1, every step", base=POISSON), 100, EPSILONS),
             (CraftedSetting("q = 0.1, every 10th step", base=POISSON, period=10), 40, EPSILONS),
+            (OPACUS, 200, EPSILONS),
+            (CNN, 100, EPSILONS),
+            (OPACUS_CNN, 100, EPSILONS),
+            (MNIST_60K, 100, EPSILONS),
+            (OPACUS_60K, 20, EPSILONS),
         ),
     ),
 }
@@ -298,45 +337,64 @@ def run(
     profile: str = "quick",
     *,
     executor: str | ExecutorChoice | SupportsSubmit | None = None,
-    chosen: CraftedProfile | None = None,
+    setting_names: Sequence[str] | None = None,
     progress: bool = True,
+    chosen: CraftedProfile | None = None,
 ) -> list[dict[str, Any]]:
-    """Audit every (setting, claim) of a profile; save the rows as they come
+    """Audit every (setting, claim) of a profile; save the rows after every row
     (``results/blackbox_crafted.json`` for the full profile, ``..._<profile>.json`` else).
 
     Args:
         profile: "quick" or "full" (:data:`PROFILES`).
         executor: where the runs go (see :func:`dpcore.runs.run_many`); the rows are the same
             for every executor (each run has its own seed).
-        chosen: a profile to run instead of the named one (tests, partial measurements).
+        setting_names: audit only the profile's settings whose names contain one of these
+            texts; their rows replace the saved rows of the same (setting, claim), the other
+            saved rows stay (each keeps the commit it was measured at).
         progress: show progress bars.
+        chosen: a profile to run instead of the named one (tests, partial measurements).
+
+    Returns:
+        The rows audited by this call.
 
     Raises:
-        InvalidParameterError: an unknown profile name.
+        InvalidParameterError: an unknown profile name or setting (before any run).
         RunsFailedError: runs still failed after a retry.
     """
     if chosen is None and profile not in PROFILES:
         raise InvalidParameterError("profile", f"in {sorted(PROFILES)}", profile)
-    plan = chosen if chosen is not None else PROFILES[profile]
+    whole = chosen if chosen is not None else PROFILES[profile]
+    keep = chosen_names([setting.name for setting, _, _ in whole.audits], setting_names, whole.name)
     kept = store()
     start = time.perf_counter()
+    stem = results_name(whole.name)
+    previous: list[dict[str, Any]] = []
+    meta = results_io.load_meta(stem)
+    if setting_names is not None and (results_io.RESULTS / f"{stem}.json").exists():
+        previous = results_io.load(stem)
+    stamp = provenance(root=results_io.ROOT)
     rows: list[dict[str, Any]] = []
     config: dict[str, Any] = {
-        "profile": plan.name,
+        "profile": whole.name,
         "audits": [
             {
                 "setting": dataclasses.asdict(setting),
                 "runs_per_world": runs,
                 "epsilons": list(epsilons),
             }
-            for setting, runs, epsilons in plan.audits
+            for setting, runs, epsilons in whole.audits
         ],
         "executor": str(executor) if executor is not None else "local",
         "hardware": {k: v for k, v in machine().items() if k != "host"},
         "torch": torch.__version__,
         "pixel_value": crafted_gradient.PIXEL_VALUE,
     }
-    for setting, runs_per_world, epsilons in plan.audits:
+    order = {
+        (setting.name, float(e)): i for i, (setting, _, es) in enumerate(whole.audits) for e in es
+    }
+    for (setting, runs_per_world, epsilons), wanted in zip(whole.audits, keep, strict=True):
+        if not wanted:
+            continue
         for epsilon in epsilons:
             row = audit_setting(
                 setting,
@@ -346,9 +404,23 @@ def run(
                 run_store=kept,
                 progress=progress,
             )
-            rows.append({**row, "profile": plan.name})
-        config["wall_seconds"] = time.perf_counter() - start
-        save(results_name(plan.name), rows, config)
+            rows.append(
+                {
+                    **row,
+                    "profile": whole.name,
+                    "commit": stamp["commit"],
+                    "created": stamp["created"],
+                }
+            )
+            config["wall_seconds"] = time.perf_counter() - start
+            together = merged(previous, meta, rows)
+            together.sort(
+                key=lambda r: (
+                    order.get((r["setting_name"], r["epsilon"]), len(order)),
+                    r["epsilon"],
+                )
+            )
+            save(stem, together, config)
     return rows
 
 
@@ -359,25 +431,46 @@ def _route(row: dict[str, Any], route: str) -> str:
     return f"{entry['epsilon_lower']:.3f}" if entry["reported"] else "check failed"
 
 
+#: The paragraph above the table (what the columns mean).
+EXPLANATION = (
+    "The target's per-example gradient is crafted (norm 4 C, clipped to C by the "
+    "implementation: dpcore's engine, or Opacus 1.6 where the setting says so) in every "
+    "k-th step (period k) of DP-SGD on MNIST (the 1,000-record subset unless the setting "
+    "says 60,000); only the final parameters are seen. Linear model: the crafted gradient "
+    "lies along the weight of an always-zero pixel and the score is that weight, so the "
+    "score's law is known exactly. MLP / CNN: the crafted record is a blank image whose "
+    "gradient is that of its class-k logit, and the score is the parameters' move along "
+    "that gradient's direction d_0 at the initial parameters; the direction moves during "
+    "training (min cos: the smallest cosine of d_t with d_0 over the 'in' runs' chosen "
+    "steps; min norm: the crafted gradient's smallest norm in units of C, clipped to C "
+    "while it is >= 1), so the score's law is approximate there. ε_lb holds at 95 % for all"
+    " routes of a row together (Bonferroni); thresholds are chosen on half of the runs. ε: "
+    "the claim; certified ε: the PLD accountant's bound for the calibrated sigma; score's "
+    "ε: the most any test of the score can show (exact for the linear model: mu-GDP with mu"
+    " = ceil(T/k) / (sigma sqrt(T)) for full batch, a Binomial mixture of Gaussians for q <"
+    " 1). Run time: the trainings' seconds, one thread each; wall time: the row's, runs "
+    "read back from the run store included. Rows measured at another commit than the file's"
+    " say so below the table. "
+)
+
+
+def _drift(row: dict[str, Any]) -> str:
+    if "crafted_cosine" not in row:  # rows measured before the runs recorded it
+        return "-"
+    return f"{row['crafted_cosine']:.3f} / {row['crafted_norm']:.2f}"
+
+
 def table(rows: list[dict[str, Any]], meta: dict[str, Any] | None = None) -> str:
     """The markdown report of ``rows`` (and of their provenance ``meta``, when given)."""
     lines = [
         "# Hidden-state audit of DP-SGD with a crafted gradient (final model, multi-run)",
         "",
-        "The target's per-example gradient is crafted (norm 4 C, clipped to C by dpcore's engine)",
-        "along the weight of an always-zero MNIST pixel, in every k-th step (period k) of",
-        "DP-SGD on the 1,000-record subset; only the final parameters are seen, and the score is",
-        "that weight. ε_lb holds at 95 % for all routes of a row together (Bonferroni); thresholds",
-        "are chosen on half of the runs. ε: the claim; certified ε: the PLD accountant's bound for",
-        "the calibrated sigma; score's ε: the most any test of the score can show (exact for its",
-        "law: mu-GDP with mu = ceil(T/k) / (sigma sqrt(T)) for full batch, a Binomial mixture of",
-        "Gaussians for q < 1). Run time: the trainings' seconds, one thread each; wall time: the",
-        "row's, runs read back from the run store included.",
+        *textwrap.wrap(EXPLANATION, 92),
         "",
         "| setting | period k | q | T | ε | sigma | runs / world | ε_lb (95 %) |"
         " ε_lb / certified ε | certified ε | score's ε | route | Clopper-Pearson |"
-        " GDP (threshold) | Gaussian scores | run time (s) | wall time (s) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        " GDP (threshold) | Gaussian scores | min cos / min norm | run time (s) | wall time (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         best = "/".join(row["decision"]["best"][1:]) or "-"
@@ -387,7 +480,8 @@ def table(rows: list[dict[str, Any]], meta: dict[str, Any] | None = None) -> str
             f"{row['runs_per_world']} | {row['epsilon_lower']:.3f} | {row['ratio']:.3f} | "
             f"{row['certified_epsilon']:.3f} | {row['statistic_epsilon']:.3f} | {best} | "
             f"{_route(row, 'clopper_pearson')} | {_route(row, 'gdp')} | "
-            f"{_route(row, 'gaussian')} | {row['run_seconds']:.0f} | {row['wall_seconds']:.0f} |"
+            f"{_route(row, 'gaussian')} | {_drift(row)} | {row['run_seconds']:.0f} | "
+            f"{row['wall_seconds']:.0f} |"
         )
     lines += ["", f"Anchor: {ANCHOR}."]
     if meta is not None:
@@ -399,6 +493,7 @@ def table(rows: list[dict[str, Any]], meta: dict[str, Any] | None = None) -> str
                 f"executor {config.get('executor')}",
                 f"wall time {config.get('wall_seconds', 0):.0f} s",
             ),
+            *other_commits(rows, meta),
         ]
     return "\n".join(lines) + "\n"
 

@@ -3,33 +3,39 @@
 The threat model of Cebere, Bellet & Papernot (ICLR 2025, "Tighter privacy auditing of DP-SGD in
 the hidden state threat model"): the adversary controls the target's gradient but sees only the
 final parameters. The target is a record of the training set like any other ("in" world; absent
-in the "out" world), trained on with dpcore's DP-SGD (:class:`~dpcore.torch.training.DPTrainer`,
-Poisson lots, the fast per-example engine, the noise of the claim) on the black-box audit's
-1,000-record MNIST subset and model (:mod:`audits.blackbox`). Its per-example gradient is
-crafted through its input and loss, so that dpcore's own engine computes, clips, sums and
-noises it like any example's:
+in the "out" world), trained on with the setting's implementation -- dpcore's DP-SGD
+(:class:`~dpcore.torch.training.DPTrainer`, the fast per-example engine) or Opacus 1.6 -- on the
+black-box audit's MNIST records and model (:mod:`audits.blackbox`), through
+:func:`audits.blackbox.training.fit`. Its per-example gradient is crafted through its input and
+loss, so that the implementation's own machinery computes, clips, sums and noises it like any
+example's: :class:`CraftedLoss` gives the crafted record (label :data:`CRAFTED_LABEL`) the loss
+``-g z_k`` (``z_k``: the logit of class k, the setting's ``target_label``) at the chosen steps
+(every ``period``-th step, the first included: :func:`inserted_steps`) and ``0`` at the others;
+every other record keeps its cross-entropy loss. ``g = norm C / ||grad z_k||`` at the initial
+parameters, so the crafted gradient has norm ``norm * C`` and is clipped to C (``norm >= 1``).
 
-- the crafted record's image is zero except for pixel ``j``, a pixel that is zero in every
-  record of the subset and of the pre-training records (:func:`zero_pixel`), set to
-  :data:`PIXEL_VALUE`; its label is :data:`CRAFTED_LABEL`;
-- :class:`CraftedLoss` gives it the loss ``-g z_k`` (``z_k``: the logit of class k, the
-  setting's ``target_label``) at the chosen steps (every ``period``-th step, the first
-  included: :func:`inserted_steps`) and ``0`` at the others; every other record keeps its
-  cross-entropy loss.
+- **Linear model** (exact): the crafted image is zero except for pixel ``j``, a pixel that is
+  zero in every record of the training set and of the pre-training records (:func:`zero_pixel`),
+  set to :data:`PIXEL_VALUE`. Its gradient is ``-g (PIXEL_VALUE e_{W[k, j]} + e_{b[k]})`` at
+  every step; clipped to C it moves ``W[k, j]`` by ``lr C PIXEL_VALUE / sqrt(PIXEL_VALUE^2 + 1)
+  / D`` (C up to a relative 5e-9) each step it is in the lot, D the public divisor q N. No real
+  record's gradient touches ``W[k, j]``, so the score -- the final ``W[k, j]`` -- is
+  ``W_0[k, j] + lr / D (C B + sigma C Z sqrt(T))``, ``B`` the number of chosen steps whose lot
+  held the target (0 in the "out" world), ``Z ~ N(0, 1)``.
+- **MLP and CNN**: the crafted image is blank (all zero) and its gradient
+  ``-g grad z_k(x; theta_t)`` moves with the parameters; the score is the final parameters'
+  move projected on the crafted gradient's direction at the initial parameters,
+  ``<theta_T - theta_0, d_0>`` (:func:`crafted_direction`). Other records' gradients have parts
+  along ``d_0`` too, so the score's law is the linear model's only approximately (when
+  ``d_t`` stays ``d_0`` and the others' part is the same in both worlds); every run records how
+  far it strayed -- the smallest cosine of ``d_t`` with ``d_0`` and the smallest norm of the
+  crafted gradient, in units of C, over the chosen steps (below 1: not clipped, smaller than C).
+  The audit's decision does not rest on that law (thresholds are chosen on held-out runs; the
+  Gaussian-scores route checks its assumption).
 
-Its gradient is then ``-g (PIXEL_VALUE e_{W[k, j]} + e_{b[k]})``, of norm ``norm * C`` with
-``g = norm C / sqrt(PIXEL_VALUE^2 + 1)``; clipped to C by the engine (``norm >= 1``), it moves
-the weight ``W[k, j]`` by ``lr C PIXEL_VALUE / sqrt(PIXEL_VALUE^2 + 1) / (q N)`` (``C`` up to a
-relative 5e-9) at each step it is in the lot, N the subset's size: the runs divide by the
-black-box audit's public divisor q N in both worlds
-(:func:`audits.blackbox.training.public_divisor`), not by DPTrainer's q (N + 1) in the "in"
-world. No real record's gradient touches ``W[k, j]`` (pixel j is zero), so the score -- the
-final ``W[k, j]``, the final parameters projected on the crafted direction's weight
-coordinate -- is ``W_0[k, j] + lr / (q N) (C B + sigma C Z sqrt(T))``
-with ``B`` the number of chosen steps whose lot held the target (0 in the "out" world) and
-``Z ~ N(0, 1)``.
-
-The audit of these runs, what the score can show (its own epsilon) and the table are in
+The divisor D is the black-box audit's public q N in both worlds
+(:func:`audits.blackbox.training.public_divisor`), not q (N + 1) in the "in" world. The audit of
+these runs, what the score can show (its own epsilon) and the table are in
 :mod:`audits.blackbox.crafted_audit`; this module holds only what determines a run (its
 fingerprint keys the run store).
 """
@@ -50,9 +56,6 @@ from audits.blackbox import data, settings, training
 from audits.blackbox.settings import BlackBoxRun, BlackBoxSetting, check_setting
 from audits.dpsgd_whitebox import single_thread
 from dpcore.errors import InvalidParameterError
-from dpcore.torch.noise import NoiseSource
-from dpcore.torch.samplers import PoissonSampler
-from dpcore.torch.training import DPTrainer
 from dpcore.validation import check_count, check_positive
 
 __all__ = [
@@ -64,10 +67,13 @@ __all__ = [
     "CraftedSetting",
     "check_crafted_run",
     "check_crafted_setting",
+    "crafted_direction",
     "crafted_record",
+    "crafted_scale",
     "execute",
     "inserted_steps",
     "noise_seed",
+    "score",
     "sigma",
     "train",
     "zero_pixel",
@@ -79,7 +85,8 @@ PIXEL_VALUE = 1e4
 CRAFTED_LABEL = -1
 #: The base setting by default: the black-box audit's strongest (worst-case init, full batch).
 DEFAULT_BASE = BlackBoxSetting()
-#: The one score of a run: the final weight W[k, j] (larger: more likely "in").
+#: The one score of a run: the final W[k, j] (linear model) or the parameters' move along the
+#: crafted direction (MLP, CNN); larger: more likely "in".
 SCORE = "projection"
 
 
@@ -113,24 +120,14 @@ def check_crafted_setting(setting: CraftedSetting) -> CraftedSetting:
 
     Raises:
         InvalidParameterError: not a CraftedSetting, an empty name, a bad base setting (see
-            :func:`audits.blackbox.settings.check_setting`), a model other than "linear" (the
-            crafted direction is a weight of the linear model), an implementation other than
-            "dpcore", a period below 1, or a norm
-            not >= 1 and finite.
+            :func:`audits.blackbox.settings.check_setting`), a period below 1, or a norm not
+            >= 1 and finite.
     """
     if not isinstance(setting, CraftedSetting):
         raise InvalidParameterError("setting", "to be a CraftedSetting", setting)
     if not isinstance(setting.name, str) or not setting.name:
         raise InvalidParameterError("name", "a non-empty str", setting.name)
     check_setting(setting.base)
-    if setting.base.implementation != "dpcore":
-        raise InvalidParameterError(
-            "implementation", "'dpcore' (the crafted loss is dpcore's)", setting.base.implementation
-        )
-    if setting.base.model != "linear":
-        raise InvalidParameterError(
-            "model", "'linear' (the crafted weight's model)", setting.base.model
-        )
     check_count("period", setting.period, minimum=1)
     norm = check_positive("norm", setting.norm)
     if not 1.0 <= norm < math.inf:
@@ -187,11 +184,53 @@ def zero_pixel(base: BlackBoxSetting) -> int:
 
 
 def crafted_record(setting: CraftedSetting) -> data.Records:
-    """The crafted record: (1, 784) float32 image, PIXEL_VALUE at :func:`zero_pixel`, 0 else,
-    and its (1,) int64 label :data:`CRAFTED_LABEL`."""
+    """The crafted record: a (1, 784) float32 image -- PIXEL_VALUE at :func:`zero_pixel` and 0
+    elsewhere for the linear model, blank for the others -- and its (1,) int64 label
+    :data:`CRAFTED_LABEL`."""
+    base = check_crafted_setting(setting).base
     image = np.zeros((1, 784), np.float32)
-    image[0, zero_pixel(check_crafted_setting(setting).base)] = PIXEL_VALUE
+    if base.model == "linear":
+        image[0, zero_pixel(base)] = PIXEL_VALUE
     return image, np.array([CRAFTED_LABEL], np.int64)
+
+
+def _logit_gradient(
+    base: BlackBoxSetting, image: np.ndarray, state: dict[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """grad_theta z_k(image) at the parameters ``state`` (float64, a fresh model: no hooks)."""
+    model = training.make_model(base)
+    model.load_state_dict(state)
+    model.double()
+    logit = model(torch.from_numpy(image).double())[0, base.target_label]
+    names = [name for name, _ in model.named_parameters()]
+    grads = torch.autograd.grad(logit, list(model.parameters()))
+    return dict(zip(names, grads, strict=True))
+
+
+def _norm(vector: dict[str, torch.Tensor]) -> float:
+    return math.sqrt(sum(float(value.pow(2).sum()) for value in vector.values()))
+
+
+@functools.cache
+def _initial_gradient(setting: CraftedSetting) -> dict[str, torch.Tensor]:
+    image, _ = crafted_record(setting)
+    return _logit_gradient(setting.base, image, training.initial_state(setting.base))
+
+
+def crafted_direction(setting: CraftedSetting) -> dict[str, torch.Tensor]:
+    """d_0: the unit direction of grad_theta z_k at the crafted image and the initial
+    parameters, by parameter name (float64); the crafted gradient is ``-g`` times the
+    gradient, so a step on it moves the parameters along ``+d_0``."""
+    gradient = _initial_gradient(check_crafted_setting(setting))
+    size = _norm(gradient)
+    return {name: value / size for name, value in gradient.items()}
+
+
+def crafted_scale(setting: CraftedSetting) -> float:
+    """g = norm C / ||grad_theta z_k|| at the initial parameters (the crafted gradient's norm
+    is then norm C there; for the linear model at every step)."""
+    check_crafted_setting(setting)
+    return setting.norm * setting.base.max_grad_norm / _norm(_initial_gradient(setting))
 
 
 class CraftedLoss:
@@ -234,64 +273,102 @@ def sigma(setting: CraftedSetting, epsilon: float) -> float:
     return training.noise_multiplier(epsilon, base.delta, base.sampling_probability, base.steps)
 
 
-def train(run: CraftedRun, *, noise: NoiseSource | None = None) -> nn.Module:
-    """The final model of ``run``, trained by :meth:`DPTrainer.dp_sgd` on the subset (plus the
-    crafted record in the "in" world) with :class:`CraftedLoss` (one torch thread).
+class _Probe:
+    """Before each chosen step: the crafted gradient's cosine with d_0 and its norm in units of
+    C (the smallest of each over the run), from a copy of the parameters (no hooks touched)."""
 
-    Args:
-        run: the run.
-        noise: the noise source (default: seeded from the run); tests pass one drawing zeros
-            to see the crafted gradient alone.
+    def __init__(self, setting: CraftedSetting, loss: CraftedLoss) -> None:
+        self.setting = setting
+        self.loss = loss
+        self.image = crafted_record(setting)[0]
+        self.direction = crafted_direction(setting)
+        self.cosine = math.inf
+        self.norm = math.inf
 
-    Raises:
-        InvalidParameterError: a bad run.
-    """
+    def __call__(self, step: int, model: nn.Module) -> None:
+        self.loss.active = step % self.setting.period == 0
+        if not self.loss.active:
+            return
+        state = {name: value.detach() for name, value in model.state_dict().items()}
+        gradient = _logit_gradient(self.setting.base, self.image, state)
+        size = _norm(gradient)
+        along = sum(float((gradient[name] * self.direction[name]).sum()) for name in gradient)
+        self.cosine = min(self.cosine, along / size if size > 0 else 0.0)
+        scale = self.loss.scale / self.setting.base.max_grad_norm
+        self.norm = min(self.norm, scale * size)
+
+
+def _train(run: CraftedRun, noise: bool) -> tuple[nn.Module, _Probe]:
     setting = check_crafted_run(run).setting
     base = setting.base
     x, y = data.subset(base)
     if run.world == "in":
         cx, cy = crafted_record(setting)
         x, y = np.concatenate([x, cx]), np.concatenate([y, cy])
-    model = training.make_model(base)
-    model.load_state_dict(training.initial_state(base))
-    seed = noise_seed(run)
-    scale = setting.norm * base.max_grad_norm / math.sqrt(PIXEL_VALUE**2 + 1)
-    loss = CraftedLoss(base.target_label, scale)
-    trainer = DPTrainer.dp_sgd(
-        model,
-        lr=base.lr,
-        inputs=torch.from_numpy(x),
-        targets=torch.from_numpy(y),
-        loss_fn=loss,
+    loss = CraftedLoss(base.target_label, crafted_scale(setting))
+    probe = _Probe(setting, loss)
+    model = training.fit(
+        base,
+        x,
+        y,
+        seed=noise_seed(run),
         noise_multiplier=sigma(setting, run.epsilon),
-        max_grad_norm=base.max_grad_norm,
-        sampler=PoissonSampler(len(y), sampling_probability=base.sampling_probability, seed=seed),
-        engine="fast",
+        # the black-box runs' public divisor, q times the subset's size in both worlds (the
+        # implementations' own, q times the run's training set, is one record larger "in")
+        divisor=training.public_divisor(base),
+        loss_fn=loss,
+        before_step=probe,
         noise=noise,
-        seed=seed,
     )
-    # the black-box runs' public divisor, q times the subset's size in both worlds (DPTrainer's
-    # own, q times the run's training set, would be one record larger in the "in" world)
-    trainer.optimizer.expected_batch_size = training.public_divisor(base)
-    for step in range(base.steps):
-        loss.active = step % setting.period == 0
-        trainer.step()
-    return model
+    return model, probe
+
+
+def train(run: CraftedRun, *, noise: bool = True) -> nn.Module:
+    """The final model of ``run``, trained with :class:`CraftedLoss` by the setting's
+    implementation (:func:`audits.blackbox.training.fit`) on the subset, plus the crafted record
+    in the "in" world (call it with one torch thread).
+
+    Args:
+        run: the run.
+        noise: False to train without noise (tests: the crafted gradient alone).
+
+    Raises:
+        InvalidParameterError: a bad run.
+    """
+    return _train(run, noise)[0]
+
+
+def score(setting: CraftedSetting, model: nn.Module) -> float:
+    """The run's score: the final ``W[k, j]`` (linear model), else
+    ``<theta_T - theta_0, d_0>`` (:func:`crafted_direction`)."""
+    base = check_crafted_setting(setting).base
+    if base.model == "linear":
+        return float(model.get_parameter("weight").detach()[base.target_label, zero_pixel(base)])
+    start = training.initial_state(base)
+    direction = crafted_direction(setting)
+    return float(
+        sum(
+            ((value.detach().double() - start[name].double()) * direction[name]).sum()
+            for name, value in model.named_parameters()
+        )
+    )
 
 
 def execute(run: CraftedRun) -> dict[str, Any]:
-    """Train ``run``'s model; its score (the final W[k, j]), sigma and seconds (JSON).
+    """Train ``run``'s model; its score, sigma, the crafted gradient's smallest cosine with d_0
+    and smallest norm (units of C) over the chosen steps, and the seconds (JSON).
 
     Raises:
         InvalidParameterError: a bad run.
     """
     start = time.perf_counter()
     with single_thread():
-        model = train(run)
-    weight = model.get_parameter("weight").detach()
-    k, j = run.setting.base.target_label, zero_pixel(run.setting.base)
+        model, probe = _train(run, noise=True)
+        value = score(run.setting, model)
     return {
-        SCORE: float(weight[k, j]),
+        SCORE: value,
         "noise_multiplier": sigma(run.setting, run.epsilon),
+        "cosine": probe.cosine,
+        "norm": probe.norm,
         "seconds": time.perf_counter() - start,
     }

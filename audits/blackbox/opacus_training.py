@@ -27,25 +27,29 @@ Opacus is an audit dependency: dpcore never imports it.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
+import numpy as np
 import torch
 from opacus import PrivacyEngine
 from opacus.data_loader import DPDataLoader
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from audits.blackbox.settings import BlackBoxRun, check_run
+from audits.blackbox.settings import BlackBoxRun, BlackBoxSetting, check_run, check_setting
 from audits.blackbox.training import (
     PHYSICAL_BATCH,
+    BeforeStep,
     initial_state,
     make_model,
     noise_multiplier,
+    per_example_cross_entropy,
     public_divisor,
     run_seed,
     training_records,
 )
 
-__all__ = ["train"]
+__all__ = ["fit", "train"]
 
 #: Opacus' warnings that say nothing about a run: the seeded generators are meant (audits need
 #: reproducible runs), and the hooks on the first layer fire without input gradients as usual.
@@ -53,7 +57,8 @@ _EXPECTED_WARNINGS = ("Secure RNG turned off", "Full backward hook is firing")
 
 
 def train(run: BlackBoxRun, *, dtype: torch.dtype = torch.float32, noise: bool = True) -> nn.Module:
-    """The final model of ``run`` trained by Opacus (call it with one torch thread).
+    """The final model of ``run`` trained by Opacus (call it with one torch thread), whatever the
+    setting's ``implementation``.
 
     ``dtype`` and ``noise=False`` (noise multiplier 0) are for checks against dpcore; audits
     use the defaults.
@@ -61,20 +66,71 @@ def train(run: BlackBoxRun, *, dtype: torch.dtype = torch.float32, noise: bool =
     Raises:
         InvalidParameterError: a bad run (see :func:`~audits.blackbox.settings.check_run`).
     """
-    check_run(run)
+    setting = check_run(run).setting
+    sigma = noise_multiplier(
+        run.epsilon, setting.delta, setting.sampling_probability, setting.steps
+    )
+    return fit(
+        setting,
+        *training_records(run),
+        seed=run_seed(run),
+        noise_multiplier=sigma if noise else 0.0,
+        divisor=public_divisor(setting),
+        dtype=dtype,
+    )
+
+
+def fit(
+    setting: BlackBoxSetting,
+    inputs: np.ndarray,
+    labels: np.ndarray,
+    *,
+    seed: int,
+    noise_multiplier: float,
+    divisor: float,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    before_step: BeforeStep | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> nn.Module:
+    """:func:`audits.blackbox.training.fit` done by Opacus (see the module docstring): the
+    setting's model from its initial parameters, trained on ``(inputs, labels)``; the lot's
+    loss is the mean of ``loss_fn``'s per-example losses (``loss_reduction="mean"``).
+
+    Raises:
+        InvalidParameterError: a bad setting.
+    """
+    check_setting(setting)
     with warnings.catch_warnings():
         for message in _EXPECTED_WARNINGS:
             warnings.filterwarnings("ignore", message=message, category=UserWarning)
-        return _train(run, dtype=dtype, noise=noise)
+        return _fit(
+            setting,
+            inputs,
+            labels,
+            seed=seed,
+            sigma=noise_multiplier,
+            divisor=divisor,
+            loss_fn=loss_fn if loss_fn is not None else per_example_cross_entropy(),
+            before_step=before_step,
+            dtype=dtype,
+        )
 
 
-def _train(run: BlackBoxRun, *, dtype: torch.dtype, noise: bool) -> nn.Module:
-    setting = run.setting
-    x, y = training_records(run)
+def _fit(
+    setting: BlackBoxSetting,
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    seed: int,
+    sigma: float,
+    divisor: float,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    before_step: BeforeStep | None,
+    dtype: torch.dtype,
+) -> nn.Module:
     model = make_model(setting)
     model.load_state_dict(initial_state(setting))
     model.to(dtype)
-    seed = run_seed(run)
     lots = torch.Generator().manual_seed(seed)
     draws = torch.Generator().manual_seed(seed ^ 1)  # a second stream for the noise
     loader = DPDataLoader(
@@ -82,27 +138,25 @@ def _train(run: BlackBoxRun, *, dtype: torch.dtype, noise: bool) -> nn.Module:
         sample_rate=setting.sampling_probability,
         generator=lots,
     )
-    sigma = noise_multiplier(
-        run.epsilon, setting.delta, setting.sampling_probability, setting.steps
-    )
     module, optimizer, loader = PrivacyEngine(accountant="rdp").make_private(
         module=model,
         optimizer=torch.optim.SGD(model.parameters(), lr=setting.lr),
         data_loader=loader,
-        noise_multiplier=sigma if noise else 0.0,
+        noise_multiplier=sigma,
         max_grad_norm=setting.max_grad_norm,
         poisson_sampling=False,  # the loader above already draws Poisson lots at rate q
         noise_generator=draws,
         loss_reduction="mean",
     )
-    optimizer.expected_batch_size = public_divisor(setting)  # type: ignore[assignment]
-    loss_fn = nn.CrossEntropyLoss()
+    optimizer.expected_batch_size = divisor  # type: ignore[assignment]
     module.train()
     done = 0
     while done < setting.steps:
         for inputs, targets in loader:
             if done == setting.steps:
                 break
+            if before_step is not None:
+                before_step(done, model)
             parts = list(
                 zip(inputs.split(PHYSICAL_BATCH), targets.split(PHYSICAL_BATCH), strict=True)
             )
@@ -110,7 +164,7 @@ def _train(run: BlackBoxRun, *, dtype: torch.dtype, noise: bool) -> nn.Module:
             for index, (part_x, part_y) in enumerate(parts):
                 last = index == len(parts) - 1
                 optimizer.signal_skip_step(do_skip=not last)
-                loss_fn(module(part_x), part_y).backward()
+                loss_fn(module(part_x), part_y).mean().backward()
                 optimizer.step()
                 if not last:
                     optimizer.zero_grad()  # per-sample gradients go; the clipped sum stays

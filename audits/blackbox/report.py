@@ -7,6 +7,7 @@ from typing import Any
 from audits import results_io
 from audits.blackbox.audit import ANCHOR, results_name
 from audits.blackbox.profiles import PROFILES
+from audits.blackbox.selection import other_commits
 from dpcore.atomic import atomic_write_text
 
 __all__ = ["OLD_ROWS", "table", "write_report"]
@@ -93,24 +94,8 @@ def table(rows: list[dict[str, Any]], meta: dict[str, Any] | None = None) -> str
     if meta is not None:
         opacus = meta.get("config", {}).get("opacus", "not recorded")
         lines += ["", results_io.provenance_line(meta, f"Opacus {opacus}")]
-        lines += _other_commits(rows, meta)
+        lines += other_commits(rows, meta)
     return "\n".join(lines) + "\n"
-
-
-def _other_commits(rows: list[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
-    """Lines naming the rows measured at another commit than the file's last write (a table
-    assembled setting by setting, ``--settings``), with their commit and date."""
-    others: dict[tuple[str, str], list[str]] = {}
-    for row in rows:
-        commit = row.get("commit", meta.get("commit"))
-        if commit != meta.get("commit"):
-            names = others.setdefault((str(commit), str(row.get("created"))[:10]), [])
-            if row["setting_name"] not in names:
-                names.append(row["setting_name"])
-    return [
-        f"Rows of {'; '.join(names)}: commit `{commit}`, created {created}."
-        for (commit, created), names in others.items()
-    ]
 
 
 def soundness_text(record: dict[str, Any]) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -37,10 +38,13 @@ from dpcore.torch.training import DPTrainer
 
 __all__ = [
     "PHYSICAL_BATCH",
+    "BeforeStep",
     "execute",
+    "fit",
     "initial_state",
     "make_model",
     "noise_multiplier",
+    "per_example_cross_entropy",
     "public_divisor",
     "run_seed",
     "train",
@@ -149,45 +153,123 @@ def training_records(run: BlackBoxRun) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-def train(run: BlackBoxRun, *, dtype: torch.dtype = torch.float32, noise: bool = True) -> nn.Module:
-    """The final model of ``run`` (one torch thread), trained by dpcore.
+#: What a training calls before each step: ``before_step(step, model)`` (step from 0).
+BeforeStep = Callable[[int, nn.Module], None]
 
-    ``dtype`` and ``noise=False`` are for checks against other implementations (float64, no
-    noise); audits use the defaults. The setting's ``implementation`` is not read here (see
-    :func:`execute`).
+
+def per_example_cross_entropy() -> nn.Module:
+    """The runs' default loss: cross-entropy per example (``reduction="none"``)."""
+    return nn.CrossEntropyLoss(reduction="none")
+
+
+def fit(
+    setting: BlackBoxSetting,
+    inputs: np.ndarray,
+    labels: np.ndarray,
+    *,
+    seed: int,
+    noise_multiplier: float,
+    divisor: float,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    before_step: BeforeStep | None = None,
+    dtype: torch.dtype = torch.float32,
+    noise: bool = True,
+) -> nn.Module:
+    """Train the setting's model from :func:`initial_state` on ``(inputs, labels)`` with the
+    setting's implementation: dpcore's :meth:`DPTrainer.dp_sgd` or Opacus 1.6
+    (:func:`audits.blackbox.opacus_training.fit`); call it with one torch thread.
+
+    Every audit of this package trains through here: Poisson lots at the setting's q seeded by
+    ``seed``, ``setting.steps`` steps of SGD at ``setting.lr``, clipping to
+    ``setting.max_grad_norm``, noise ``noise_multiplier * C`` (none with ``noise=False``: checks
+    against other implementations), the noisy sum divided by the public constant ``divisor``
+    (the same in both worlds; not q times the run's own training set).
+
+    Args:
+        setting: model, initial parameters, q, steps, lr, C and the implementation.
+        inputs, labels: the training set, (n, 784) float32 and (n,) int64.
+        seed: the run's seed (lots and noise).
+        noise_multiplier: sigma.
+        divisor: the public divisor of the noisy sum.
+        loss_fn: per-example losses ``(outputs, labels) -> (n,)`` (default: cross-entropy).
+        before_step: called before each step with its index and the model.
+        dtype: the parameters' and inputs' dtype.
+        noise: False to train without noise.
 
     Raises:
-        InvalidParameterError: a bad run (see :func:`~audits.blackbox.settings.check_run`).
+        InvalidParameterError: a bad setting.
     """
-    setting = check_run(run).setting
-    x, y = training_records(run)
+    check_setting(setting)
+    if loss_fn is None:
+        loss_fn = per_example_cross_entropy()
+    if setting.implementation == "opacus":
+        from audits.blackbox import opacus_training
+
+        return opacus_training.fit(
+            setting,
+            inputs,
+            labels,
+            seed=seed,
+            noise_multiplier=noise_multiplier if noise else 0.0,
+            divisor=divisor,
+            loss_fn=loss_fn,
+            before_step=before_step,
+            dtype=dtype,
+        )
     model = make_model(setting)
     model.load_state_dict(initial_state(setting))
     model.to(dtype)
-    seed = run_seed(run)
     trainer = DPTrainer.dp_sgd(
         model,
         lr=setting.lr,
-        inputs=torch.from_numpy(x).to(dtype),
-        targets=torch.from_numpy(y),
-        loss_fn=nn.CrossEntropyLoss(reduction="none"),
-        noise_multiplier=noise_multiplier(
-            run.epsilon, setting.delta, setting.sampling_probability, setting.steps
-        ),
+        inputs=torch.from_numpy(inputs).to(dtype),
+        targets=torch.from_numpy(labels),
+        loss_fn=loss_fn,
+        noise_multiplier=noise_multiplier,
         max_grad_norm=setting.max_grad_norm,
         sampler=PoissonSampler(
-            len(y), sampling_probability=setting.sampling_probability, seed=seed
+            len(labels), sampling_probability=setting.sampling_probability, seed=seed
         ),
         engine="fast",
         noise=None if noise else _NoNoise(),
         seed=seed,
         max_physical_batch_size=PHYSICAL_BATCH,
     )
-    # DPTrainer divides by its sampler's expected lot size, q * len(y): 1,000 or 1,001 here.
-    trainer.optimizer.expected_batch_size = public_divisor(setting)
-    for _ in range(setting.steps):
+    # DPTrainer divides by its sampler's expected lot size, q * len(labels): q (N + 1) in the
+    # "in" world of a multi-run audit, q times the included canaries in a one-run audit.
+    trainer.optimizer.expected_batch_size = divisor
+    for step in range(setting.steps):
+        if before_step is not None:
+            before_step(step, model)
         trainer.step()
     return model
+
+
+def train(run: BlackBoxRun, *, dtype: torch.dtype = torch.float32, noise: bool = True) -> nn.Module:
+    """The final model of ``run`` (one torch thread), trained by dpcore whatever the setting's
+    ``implementation`` (:func:`execute` dispatches on it; Opacus' own run:
+    :func:`audits.blackbox.opacus_training.train`).
+
+    ``dtype`` and ``noise=False`` are for checks against other implementations (float64, no
+    noise); audits use the defaults.
+
+    Raises:
+        InvalidParameterError: a bad run (see :func:`~audits.blackbox.settings.check_run`).
+    """
+    setting = dataclasses.replace(check_run(run).setting, implementation="dpcore")
+    return fit(setting, *training_records(run), dtype=dtype, noise=noise, **_run_options(run))
+
+
+def _run_options(run: BlackBoxRun) -> dict[str, Any]:
+    """A multi-run audit's run: its seed, the claim's sigma and the public divisor."""
+    setting = run.setting
+    return {
+        "seed": run_seed(run),
+        "noise_multiplier": noise_multiplier(
+            run.epsilon, setting.delta, setting.sampling_probability, setting.steps
+        ),
+        "divisor": public_divisor(setting),
+    }
 
 
 def execute(run: BlackBoxRun) -> dict[str, Any]:
@@ -203,12 +285,7 @@ def execute(run: BlackBoxRun) -> dict[str, Any]:
     """
     start = time.perf_counter()
     with single_thread():
-        if check_run(run).setting.implementation == "opacus":
-            from audits.blackbox.opacus_training import train as train_with_opacus
-
-            model = train_with_opacus(run)
-        else:
-            model = train(run)
+        model = fit(run.setting, *training_records(check_run(run)), **_run_options(run))
         scores = target_scores(model, *target(run.setting))
     sigma = noise_multiplier(
         run.epsilon, run.setting.delta, run.setting.sampling_probability, run.setting.steps

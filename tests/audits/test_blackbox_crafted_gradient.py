@@ -29,7 +29,6 @@ from dpcore.errors import InvalidParameterError
 from dpcore.events import dpsgd_event
 from dpcore.mechanisms.gaussian import gdp_epsilon
 from dpcore.runs import RunStore
-from dpcore.torch.noise import NoiseSource
 
 TINY_BASE = BlackBoxSetting(
     name="tiny",
@@ -44,20 +43,9 @@ TINY_BASE = BlackBoxSetting(
 TINY = CraftedSetting("tiny, every step", base=TINY_BASE)
 
 
-class ZeroNoise(NoiseSource):
-    """Draws zeros: the optimizer's step is the clipped sum alone."""
-
-    name = "zero"
-
-    def standard_normal(
-        self, shape: torch.Size, *, dtype: torch.dtype, device: torch.device
-    ) -> torch.Tensor:
-        return torch.zeros(shape, dtype=dtype, device=device)
-
-
-def _moved(setting: CraftedSetting, world: str, seed: int = 0) -> float:
+def _moved(setting: CraftedSetting, world: str, seed: int = 0) -> float:  # linear model
     """How far the crafted weight W[k, j] moved in a noiseless training."""
-    model = crafted_gradient.train(CraftedRun(setting, 4.0, world, seed), noise=ZeroNoise())
+    model = crafted_gradient.train(CraftedRun(setting, 4.0, world, seed), noise=False)
     k, j = setting.base.target_label, crafted_gradient.zero_pixel(setting.base)
     start = training.initial_state(setting.base)["weight"][k, j]
     return float(model.get_parameter("weight").detach()[k, j] - start)
@@ -81,6 +69,56 @@ def test_a_crafted_gradient_of_norm_10_c_moves_the_weight_by_lr_c_over_the_divis
     assert _moved(setting, "out") == 0.0
     unclipped = dataclasses.replace(setting, norm=1.0)
     assert _moved(unclipped, "in") == pytest.approx(chosen * step * clipped, rel=1e-6)
+
+
+def test_opacus_moves_the_crafted_weight_like_dpcore() -> None:
+    """Opacus 1.6 trains the same crafted record through its own hooks, clipping (factor
+    C / (||g|| + 1e-6)) and divisor: the weight moves by the same amount to 1e-6."""
+    base = dataclasses.replace(TINY_BASE, implementation="opacus")
+    setting = dataclasses.replace(TINY, base=base, norm=10.0)
+    step = base.lr * base.max_grad_norm / base.subset_size
+    clipped = PIXEL_VALUE / math.sqrt(PIXEL_VALUE**2 + 1)
+    assert _moved(setting, "in") == pytest.approx(6 * step * clipped, rel=1e-6)
+    assert _moved(setting, "out") == 0.0
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"model": "mlp", "hidden": 16},
+        {"model": "cnn"},
+        {"model": "cnn", "implementation": "opacus"},
+    ],
+)
+def test_on_deeper_models_the_crafted_gradient_moves_the_parameters_along_its_direction(
+    changes: dict[str, Any],
+) -> None:
+    """MLP and CNN (dpcore and Opacus), noise off: the crafted record's gradient has norm
+    ``norm * C`` at the initial parameters (so it is clipped to C) and the score -- the move
+    along d_0 -- is larger "in" than "out" by up to one clipped step per chosen step: less, as
+    its direction drifts (the probe's smallest cosine says how much) and the other records'
+    gradients push back on the class-k logit it raises (at this tiny scale, lr 0.5 on 40
+    records: 0.96 of it for the MLP, 0.65 for the CNN)."""
+    base = dataclasses.replace(TINY_BASE, **changes)
+    setting = dataclasses.replace(TINY, base=base, period=2)
+    direction = crafted_gradient.crafted_direction(setting)
+    assert sum(float(v.pow(2).sum()) for v in direction.values()) == pytest.approx(1.0)
+    gap = []
+    for world in ("in", "out"):
+        model = crafted_gradient.train(CraftedRun(setting, 4.0, world, 0), noise=False)
+        gap.append(crafted_gradient.score(setting, model))
+    unit = base.lr * base.max_grad_norm / base.subset_size
+    chosen = crafted_gradient.inserted_steps(base.steps, 2)
+    assert 0.5 * chosen * unit < gap[0] - gap[1] <= 1.001 * chosen * unit
+    result = crafted_gradient.execute(CraftedRun(setting, 4.0, "in", 0))
+    assert 0.7 < result["cosine"] <= 1.0 + 1e-9 and result["norm"] >= 1.0
+    assert math.isfinite(result["projection"])
+
+
+def test_the_linear_models_crafted_gradient_does_not_drift() -> None:
+    result = crafted_gradient.execute(CraftedRun(TINY, 4.0, "in", 0))
+    assert result["cosine"] == pytest.approx(1.0, abs=1e-12)
+    assert result["norm"] == pytest.approx(TINY.norm, rel=1e-9)
 
 
 def test_with_poisson_lots_the_weight_moves_by_whole_steps_when_the_record_was_drawn() -> None:
@@ -124,9 +162,9 @@ def test_crafted_record_is_zero_but_at_a_pixel_no_record_touches() -> None:
         ({"norm": 0.5}, "norm"),
         ({"norm": math.inf}, "norm"),
         ({"name": ""}, "name"),
-        ({"base": dataclasses.replace(TINY_BASE, model="mlp")}, "model"),
+        ({"base": dataclasses.replace(TINY_BASE, model="resnet")}, "model"),
         ({"base": dataclasses.replace(TINY_BASE, steps=0)}, "steps"),
-        ({"base": dataclasses.replace(TINY_BASE, implementation="opacus")}, "implementation"),
+        ({"base": dataclasses.replace(TINY_BASE, implementation="tf")}, "implementation"),
     ],
 )
 def test_bad_settings_are_refused_by_name(changes: dict[str, Any], parameter: str) -> None:
@@ -279,6 +317,36 @@ def test_the_command_line_runs_the_quick_profile_and_writes_the_table(
     assert not (tmp_path / "blackbox_crafted.json").exists()
     again = crafted_audit.run(chosen=tiny, progress=False)  # read back from the run store
     assert again[0]["epsilon_lower"] == row["epsilon_lower"]
+
+
+def test_chosen_settings_replace_their_own_rows_and_keep_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``setting_names``: only the matching settings are audited; their rows replace the saved
+    ones of the same (setting, claim), the others stay with the commit they were measured at."""
+    monkeypatch.setattr(results_io, "RESULTS", tmp_path)
+    other = dataclasses.replace(TINY, name="tiny, every 3rd step", period=3)
+    plan = CraftedProfile("quick", ((TINY, 8, (4.0,)), (other, 8, (4.0, 10.0))))
+    first = crafted_audit.run(chosen=plan, progress=False)
+    assert [row["setting_name"] for row in first] == [TINY.name, other.name, other.name]
+    # as if the table had been written at an older commit, by code that did not stamp rows
+    meta = json.loads((tmp_path / "blackbox_crafted_quick.meta.json").read_text())
+    meta["commit"] = "0" * 40
+    (tmp_path / "blackbox_crafted_quick.meta.json").write_text(json.dumps(meta))
+    rows = json.loads((tmp_path / "blackbox_crafted_quick.json").read_text())
+    unstamped = [{k: v for k, v in row.items() if k not in ("commit", "created")} for row in rows]
+    (tmp_path / "blackbox_crafted_quick.json").write_text(json.dumps(unstamped))
+    again = crafted_audit.run(chosen=plan, setting_names=["3rd"], progress=False)
+    assert [row["epsilon"] for row in again] == [4.0, 10.0]
+    saved = json.loads((tmp_path / "blackbox_crafted_quick.json").read_text())
+    assert [row["setting_name"] for row in saved] == [TINY.name, other.name, other.name]
+    assert saved[0]["commit"] == "0" * 40 and saved[1]["commit"] != "0" * 40
+    crafted_audit.write_report("blackbox_crafted_quick")
+    text = (tmp_path / "blackbox_crafted_quick.md").read_text()
+    assert f"Rows of {TINY.name}: commit `{'0' * 40}`" in text
+    with pytest.raises(InvalidParameterError) as unknown:
+        crafted_audit.run(chosen=plan, setting_names=["CNN"], progress=False)
+    assert unknown.value.parameter == "setting_names"
 
 
 def test_profiles_refuse_too_few_runs_or_no_claims() -> None:

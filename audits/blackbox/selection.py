@@ -1,0 +1,67 @@
+"""Auditing part of a profile: settings chosen by name, and their rows merged into saved ones.
+
+``python -m audits --settings TEXT ...`` audits only the settings whose names contain one of the
+texts; their new rows replace the saved rows of the same (setting, claim) and every other saved
+row stays, stamped with the commit it was measured at. The multi-run, crafted-gradient and
+one-run black-box audits share these two steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from dpcore.errors import InvalidParameterError
+
+__all__ = ["chosen", "merged", "other_commits"]
+
+
+def chosen(names: Sequence[str], wanted: Sequence[str] | None, profile: str) -> list[bool]:
+    """For each of a profile's setting ``names``: whether it contains one of ``wanted``
+    (case-insensitive; every name when ``wanted`` is None).
+
+    Raises:
+        InvalidParameterError: an entry of ``wanted`` matches no name (the message lists the
+            profile's setting names).
+    """
+    if wanted is None:
+        return [True] * len(names)
+    for text in wanted:
+        if not any(text.lower() in name.lower() for name in names):
+            raise InvalidParameterError(
+                "setting_names",
+                f"parts of the {profile!r} profile's setting names {list(names)}",
+                text,
+            )
+    return [any(text.lower() in name.lower() for text in wanted) for name in names]
+
+
+def merged(
+    saved: list[dict[str, Any]],
+    meta: dict[str, Any] | None,
+    new: list[dict[str, Any]],
+    key: tuple[str, ...] = ("setting_name", "epsilon"),
+) -> list[dict[str, Any]]:
+    """``new`` rows in place of the saved rows of the same ``key`` (setting and claim); every
+    other saved row is kept, stamped with the commit and date of the file it came from when it
+    has none (so a table assembled over several commits says which row was measured where)."""
+    fresh = {tuple(row[k] for k in key) for row in new}
+    stamp = {"commit": (meta or {}).get("commit"), "created": (meta or {}).get("created")}
+    kept = [{**stamp, **row} for row in saved if tuple(row[k] for k in key) not in fresh]
+    return kept + new
+
+
+def other_commits(rows: list[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
+    """Lines naming the rows measured at another commit than the file's last write (a table
+    assembled setting by setting, ``--settings``), with their commit and date."""
+    others: dict[tuple[str, str], list[str]] = {}
+    for row in rows:
+        commit = row.get("commit", meta.get("commit"))
+        if commit != meta.get("commit"):
+            names = others.setdefault((str(commit), str(row.get("created"))[:10]), [])
+            if row["setting_name"] not in names:
+                names.append(row["setting_name"])
+    return [
+        f"Rows of {'; '.join(names)}: commit `{commit}`, created {created}."
+        for (commit, created), names in others.items()
+    ]
