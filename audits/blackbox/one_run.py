@@ -1,10 +1,12 @@
 """One-run black-box membership audit with designed canaries (Steinke, Nasr, Jagielski 2023).
 
-One DP-SGD training (dpcore's DPTrainer, the multi-run audit's model, worst-case initial
-parameters and noise calibration from :mod:`audits.blackbox.training`) on the 1,000-record
-MNIST subset plus m *designed canaries*, each included independently with probability 1/2 (the
-secret bits, from a seeded generator). The canaries are records built to be memorable and to
-interfere little with one another (:data:`DESIGNS`):
+One DP-SGD training (the multi-run audit's model, worst-case initial parameters, noise
+calibration and training loop from :mod:`audits.blackbox.training`: dpcore's DPTrainer, or
+Opacus 1.6 where the base setting says so) on the 1,000-record MNIST subset (or the whole
+training split, where the base setting says 60,000) plus m *designed canaries*, each
+included independently with probability 1/2 (the secret bits, from a seeded generator).
+The canaries are records built to be memorable and to interfere little with one another
+(:data:`DESIGNS`):
 
 - ``"sparse"``: a blank image with ``pixels`` random pixels set to 1;
 - ``"dense"``: an out-of-distribution image of random +-1 pixels (nearly orthogonal to every
@@ -54,22 +56,25 @@ import dataclasses
 import math
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
+from audits import results_io
 from audits.blackbox import data, settings, training
+from audits.blackbox.selection import chosen as chosen_names
+from audits.blackbox.selection import merged
 from audits.blackbox.settings import BlackBoxSetting
 from audits.dpsgd_whitebox import single_thread
 from audits.results_io import run_store, save
 from dpcore.auditing import one_run_epsilon_lower_bound
 from dpcore.auditing.one_run_fdp import one_run_gdp_lower_bound
 from dpcore.errors import InvalidParameterError
+from dpcore.provenance import provenance
 from dpcore.runs import ExecutorChoice, RunStore, SupportsSubmit, machine, run_many
-from dpcore.torch.samplers import PoissonSampler
-from dpcore.torch.training import DPTrainer
 from dpcore.validation import check_count, check_positive, check_seed
 
 __all__ = [
@@ -274,7 +279,8 @@ def _margins(model: nn.Module, images: np.ndarray, labels: np.ndarray) -> np.nda
 
 
 def execute(spec: OneRunSpec) -> dict[str, Any]:
-    """Train ``spec``'s model (one torch thread) on the subset plus the included canaries.
+    """Train ``spec``'s model (one torch thread) on the subset plus the included canaries, with
+    the base setting's implementation (:func:`audits.blackbox.training.fit`: dpcore or Opacus).
 
     Returns:
         ``{"bits": [0/1] * m, "scores": [margin gain] * m, "noise_multiplier": sigma,
@@ -295,27 +301,16 @@ def execute(spec: OneRunSpec) -> dict[str, Any]:
         x, y = data.subset(base)
         x = np.concatenate([x, images[included]])
         y = np.concatenate([y, labels[included]])
-        model = _initial_model(base)
-        before = _margins(model, images, labels)
-        trainer = DPTrainer.dp_sgd(
-            model,
-            lr=base.lr,
-            inputs=torch.from_numpy(x),
-            targets=torch.from_numpy(y),
-            loss_fn=nn.CrossEntropyLoss(reduction="none"),
-            noise_multiplier=sigma,
-            max_grad_norm=base.max_grad_norm,
-            sampler=PoissonSampler(
-                len(y), sampling_probability=base.sampling_probability, seed=seed
-            ),
-            engine="fast",
+        before = _margins(_initial_model(base), images, labels)
+        model = training.fit(
+            base,
+            x,
+            y,
             seed=seed,
-            max_physical_batch_size=training.PHYSICAL_BATCH,
+            noise_multiplier=sigma,
+            # the implementations divide by q times the run's training set: it counts the bits
+            divisor=public_divisor(spec.setting),
         )
-        # DPTrainer divides by its sampler's expected lot size, q * len(y): it counts the bits.
-        trainer.optimizer.expected_batch_size = public_divisor(spec.setting)
-        for _ in range(base.steps):
-            trainer.step()
         after = _margins(model, images, labels)
     return {
         "bits": included.astype(int).tolist(),
@@ -396,6 +391,7 @@ SOURCES = (
     "dpcore.torch.per_example.fast",
     "dpcore.torch.samplers",
     "dpcore.torch.training",
+    "audits.blackbox.opacus_training",  # by name: Opacus is imported by the runs that use it
 )
 
 
@@ -453,17 +449,30 @@ def _row(spec: OneRunSpec, result: dict[str, Any], wall: float) -> dict[str, Any
 
 @dataclasses.dataclass(frozen=True)
 class Profile:
-    """Settings audited at each of ``epsilons`` with run seeds ``0..seeds-1``."""
+    """Settings audited at each of ``epsilons`` with run seeds ``0..seeds-1``; ``fewer_seeds``
+    gives some settings (by name) fewer (their runs cost more)."""
 
     name: str
     settings: tuple[OneRunSetting, ...]
     epsilons: tuple[float, ...]
     seeds: int = 1
+    fewer_seeds: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         for setting in self.settings:
             check_setting(setting)
         check_count("seeds", self.seeds, minimum=1)
+        names = {setting.name for setting in self.settings}
+        for name, seeds in self.fewer_seeds:
+            if name not in names:
+                raise InvalidParameterError(
+                    "fewer_seeds", f"setting names in {sorted(names)}", name
+                )
+            check_count("seeds", seeds, minimum=1)
+
+    def seeds_of(self, setting: OneRunSetting) -> int:
+        """How many run seeds ``setting`` is audited with."""
+        return dict(self.fewer_seeds).get(setting.name, self.seeds)
 
 
 _FULL_BATCH = BlackBoxSetting(name="worst-case init, full batch", seed=1)
@@ -472,13 +481,27 @@ _POISSON = dataclasses.replace(
 )
 
 
+#: The same training by Opacus 1.6, on the MNIST CNN, and on the whole training split (random
+#: init: no records are left to pre-train on), as in the multi-run audit's profile.
+_OPACUS = dataclasses.replace(_FULL_BATCH, implementation="opacus")
+_CNN = dataclasses.replace(_FULL_BATCH, model="cnn")
+_OPACUS_CNN = dataclasses.replace(_CNN, implementation="opacus")
+_FULL_MNIST = dataclasses.replace(_FULL_BATCH, subset_size=60_000, init="random")
+_OPACUS_FULL_MNIST = dataclasses.replace(_FULL_MNIST, implementation="opacus")
+
+
 def _setting(
-    design: str, labels: str, base: BlackBoxSetting = _FULL_BATCH, canaries: int = 1000
+    design: str,
+    labels: str,
+    base: BlackBoxSetting = _FULL_BATCH,
+    canaries: int = 1000,
+    prefix: str = "",
 ) -> OneRunSetting:
     """m canaries of ``design``; k = m / 10 guesses on each side (chosen on pilot runs with run
-    seeds 97-99, which no profile audits)."""
+    seeds 97-99, which no profile audits); ``prefix`` names the implementation, model or
+    records where they are not the default (dpcore, linear, the 1,000-record subset)."""
     batch = "full batch" if base.sampling_probability == 1 else f"q = {base.sampling_probability}"
-    name = f"{design}, {labels.replace('_', '-')} labels, {batch}"
+    name = f"{prefix}{design}, {labels.replace('_', '-')} labels, {batch}"
     if canaries > 1000:
         name += f", {canaries} canaries"
     return OneRunSetting(name, design, labels, canaries, canaries // 10, base=base)
@@ -500,9 +523,23 @@ PROFILES = {
             _setting("dense", "random"),
             _setting("sparse", "random"),
             _setting("orthogonal", "least_likely", _POISSON, canaries=784),
+            _setting("dense", "least_likely", _OPACUS, prefix="Opacus: "),
+            _setting("dense", "least_likely", _CNN, prefix="CNN: "),
+            _setting("dense", "least_likely", _OPACUS_CNN, prefix="Opacus CNN: "),
+            _setting("dense", "least_likely", _FULL_MNIST, prefix="60,000 records: "),
+            _setting(
+                "dense", "least_likely", _OPACUS_FULL_MNIST, prefix="Opacus, 60,000 records: "
+            ),
         ),
         (1.0, 2.0, 4.0, 8.0, 10.0),
         seeds=20,
+        # seconds of one thread per run (Xeon, 2 CPUs): Opacus CNN ~25, 60,000 records ~15
+        # (Opacus ~150), against ~1 for the linear model on 1,000 records
+        fewer_seeds=(
+            ("Opacus CNN: dense, least-likely labels, full batch", 10),
+            ("60,000 records: dense, least-likely labels, full batch", 10),
+            ("Opacus, 60,000 records: dense, least-likely labels, full batch", 2),
+        ),
     ),
 }
 
@@ -517,41 +554,81 @@ def run(
     *,
     executor: str | ExecutorChoice | SupportsSubmit | None = None,
     chosen: Profile | None = None,
+    setting_names: Sequence[str] | None = None,
     progress: bool = True,
 ) -> list[dict[str, Any]]:
-    """Audit every (setting, claim, seed) of a profile through one :func:`run_many` call into
-    the run store, and save the rows (``results/<results_name(profile)>.json``).
+    """Audit every (setting, claim, seed) of a profile through :func:`run_many` (one call per
+    setting) into the run store, and save the rows after every setting
+    (``results/<results_name(profile)>.json``).
+
+    Args:
+        profile: "quick" or "full" (:data:`PROFILES`).
+        executor: where the runs go (see :func:`dpcore.runs.run_many`).
+        chosen: a profile to run instead of the named one (tests, partial measurements).
+        setting_names: audit only the settings whose names contain one of these texts; their
+            rows replace the saved rows of the same (setting, claim, seed), the others stay
+            (each keeps the commit it was measured at).
+        progress: show progress bars.
+
+    Returns:
+        The rows audited by this call.
 
     Raises:
-        InvalidParameterError: an unknown profile name.
+        InvalidParameterError: an unknown profile name or setting (before any run).
         RunsFailedError: runs still failed after a retry.
     """
     if chosen is None and profile not in PROFILES:
         raise InvalidParameterError("profile", f"in {sorted(PROFILES)}", profile)
     plan = chosen if chosen is not None else PROFILES[profile]
+    keep = chosen_names([setting.name for setting in plan.settings], setting_names, plan.name)
     start = time.perf_counter()
-    specs = [
-        check_spec(OneRunSpec(setting, float(epsilon), seed))
-        for setting in plan.settings
-        for epsilon in plan.epsilons
-        for seed in range(plan.seeds)
-    ]
-    results = run_many(execute, specs, executor=executor, store=store(), progress=progress)
-    rows = [
-        {**_row(spec, result, float(result["seconds"])), "profile": plan.name}
-        for spec, result in zip(specs, results, strict=True)
-    ]
+    stem = results_name(plan.name)
+    previous: list[dict[str, Any]] = []
+    meta = results_io.load_meta(stem)
+    if setting_names is not None and (results_io.RESULTS / f"{stem}.json").exists():
+        previous = results_io.load(stem)
+    stamp = provenance(root=results_io.ROOT)
     config = {
         "profile": plan.name,
         "settings": [dataclasses.asdict(setting) for setting in plan.settings],
         "epsilons": list(plan.epsilons),
         "seeds": plan.seeds,
+        "fewer_seeds": [list(entry) for entry in plan.fewer_seeds],
         "confidence": CONFIDENCE,
         "executor": str(executor) if executor is not None else "local",
         "hardware": {k: v for k, v in machine().items() if k != "host"},
         "torch": sys.modules["torch"].__version__,
-        "wall_seconds": time.perf_counter() - start,
         "anchors": list(ANCHORS),
     }
-    save(results_name(plan.name), rows, config)
+    kept = store()
+    place = {setting.name: index for index, setting in enumerate(plan.settings)}
+    rows: list[dict[str, Any]] = []
+    for setting, wanted in zip(plan.settings, keep, strict=True):
+        if not wanted:
+            continue
+        specs = [
+            check_spec(OneRunSpec(setting, float(epsilon), seed))
+            for epsilon in plan.epsilons
+            for seed in range(plan.seeds_of(setting))
+        ]
+        results = run_many(execute, specs, executor=executor, store=kept, progress=progress)
+        rows += [
+            {
+                **_row(spec, result, float(result["seconds"])),
+                "profile": plan.name,
+                "commit": stamp["commit"],
+                "created": stamp["created"],
+            }
+            for spec, result in zip(specs, results, strict=True)
+        ]
+        config["wall_seconds"] = time.perf_counter() - start
+        together = merged(previous, meta, rows, key=("setting_name", "epsilon", "seed"))
+        together.sort(
+            key=lambda row: (
+                place.get(row["setting_name"], len(place)),
+                row["epsilon"],
+                row["seed"],
+            )
+        )
+        save(stem, together, config)
     return rows

@@ -12,18 +12,40 @@ from __future__ import annotations
 
 import functools
 import math
+import textwrap
 from typing import Any
 
 import numpy as np
 
 from audits import results_io
 from audits.blackbox.one_run import ANCHORS, PROFILES, decide, results_name
+from audits.blackbox.selection import other_commits
 from dpcore.atomic import atomic_write_text
 
 __all__ = ["best_bound", "ideal_game", "table", "write_report"]
 
 #: Simulated games per ideal-game median.
 IDEAL_GAMES = 50
+
+
+#: The paragraph above the table (what the columns mean).
+EXPLANATION = (
+    "One DP-SGD training (dpcore's, or Opacus 1.6's where the setting says so) on a "
+    "1,000-record MNIST subset (all 60,000 training records where the setting says so) plus"
+    " m canaries, each included with probability 1/2; the auditor sees the final model's "
+    "logits on the canaries only, scores each by the gain of its logit margin over the "
+    "initial model's, guesses 'in' for the k highest and 'out' for the k lowest (k fixed in"
+    " advance) and bounds ε from the right guesses: Thm 5.2 of Steinke, Nasr, Jagielski "
+    "2023 (any (ε, δ)-DP training) and the f-DP one-run bound of Mahloujifar, Melis, "
+    "Chaudhuri 2025 for Gaussian DP (full batch only, where DP-SGD is μ-GDP by "
+    "construction). With both, each is at 97.5 % (Bonferroni, 95 % together); with q < 1, "
+    "Thm 5.2 alone at 95 %. ε_lb / ε uses the larger bound. Columns up to 'run time' are "
+    "the audit of run seed 0; the last three summarise the profile's run seeds (each an "
+    "audit of its own, with its own bits and noise). Ideal game: the median bounds at the "
+    "same m, k, q, T and sigma when each canary's score is b Bin(T, q) + N(0, T sigma²) (b "
+    "its bit: non-interfering canaries read white-box; with full batch, N(μ b, 1) scaled, μ"
+    " = sqrt(T) / sigma)."
+)
 
 
 def best_bound(row: dict[str, Any]) -> float:
@@ -94,19 +116,7 @@ def table(rows: list[dict[str, Any]], meta: dict[str, Any] | None = None) -> str
     lines = [
         "# One-run black-box membership audit with designed canaries",
         "",
-        "One DP-SGD training on a 1,000-record MNIST subset plus m canaries, each included with",
-        "probability 1/2; the auditor sees the final model's logits on the canaries only, scores",
-        "each by the gain of its logit margin over the initial model's, guesses 'in' for the k",
-        "highest and 'out' for the k lowest (k fixed in advance) and bounds ε from the right",
-        "guesses: Thm 5.2 of Steinke, Nasr, Jagielski 2023 (any (ε, δ)-DP training) and the",
-        "f-DP one-run bound of Mahloujifar, Melis, Chaudhuri 2025 for Gaussian DP (full batch",
-        "only, where DP-SGD is μ-GDP by construction). With both, each is at 97.5 % (Bonferroni,",
-        "95 % together); with q < 1, Thm 5.2 alone at 95 %. ε_lb / ε uses the larger bound.",
-        "Columns up to 'run time' are the audit of run seed 0; the last three summarise the",
-        "profile's run seeds (each an audit of its own, with its own bits and noise). Ideal",
-        "game: the median bounds at the same m, k, q, T and sigma when each canary's score is",
-        "b Bin(T, q) + N(0, T sigma²) (b its bit: non-interfering canaries read white-box;",
-        "with full batch, N(μ b, 1) scaled, μ = sqrt(T) / sigma).",
+        *textwrap.wrap(EXPLANATION, 92),
         "",
         "| canaries | ε | sigma | m | k (each side) | right guesses | ε_lb Thm 5.2 |"
         " ε_lb GDP route | ε_lb / ε | run time (s) | seeds | median ε_lb Thm 5.2 / GDP |"
@@ -143,6 +153,7 @@ def table(rows: list[dict[str, Any]], meta: dict[str, Any] | None = None) -> str
                 f"executor {config.get('executor')}",
                 f"wall time {config.get('wall_seconds', 0):.0f} s",
             ),
+            *other_commits(rows, meta),
         ]
     return "\n".join(lines) + "\n"
 

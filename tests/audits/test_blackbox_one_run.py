@@ -19,6 +19,7 @@ from audits.blackbox.settings import BlackBoxSetting
 from dpcore.auditing import one_run_epsilon_lower_bound
 from dpcore.auditing.one_run_fdp import one_run_gdp_lower_bound
 from dpcore.errors import InvalidParameterError
+from dpcore.torch.training import DPTrainer
 
 TINY_BASE = BlackBoxSetting(
     name="tiny", subset_size=40, pretrain_size=200, pretrain_steps=20, steps=4
@@ -142,18 +143,84 @@ def test_canaries_are_as_designed_and_bits_are_the_same_at_every_claim() -> None
 def test_the_noisy_sum_is_divided_by_the_public_constant(monkeypatch: pytest.MonkeyPatch) -> None:
     """Two runs whose bits include different numbers of canaries divide by one constant."""
     seen: list[float] = []
-    step = one_run.DPTrainer.step
+    step = DPTrainer.step
 
     def recording(self: Any) -> Any:
         seen.append(self.optimizer.expected_batch_size)
         return step(self)
 
-    monkeypatch.setattr(one_run.DPTrainer, "step", recording)
+    monkeypatch.setattr(DPTrainer, "step", recording)
     counts = {int(one_run.bits(OneRunSpec(TINY, 4.0, seed)).sum()): seed for seed in range(20)}
     assert len(counts) > 1
     for seed in list(counts.values())[:2]:
         one_run.execute(OneRunSpec(TINY, 4.0, seed))
     assert seen == [one_run.public_divisor(TINY)] * (2 * TINY_BASE.steps)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"implementation": "opacus"}, {"model": "cnn"}, {"model": "cnn", "implementation": "opacus"}],
+)
+def test_opacus_and_the_cnn_train_the_same_canaries_and_bits(changes: dict[str, Any]) -> None:
+    """The base setting's implementation and model train the run: same bits, canaries and
+    sigma as dpcore's linear run, its own final model (so its own scores); an under-noised run
+    (eps = 40 claimed as its sigma) separates the worlds."""
+    setting = dataclasses.replace(TINY, base=dataclasses.replace(TINY_BASE, **changes))
+    spec, ours = OneRunSpec(setting, 4.0, 0), OneRunSpec(TINY, 4.0, 0)
+    result, reference = one_run.execute(spec), one_run.execute(ours)
+    assert result["bits"] == reference["bits"]
+    assert result["noise_multiplier"] == reference["noise_multiplier"]
+    assert result["scores"] != reference["scores"] and np.all(np.isfinite(result["scores"]))
+    assert result == {**one_run.execute(spec), "seconds": result["seconds"]}  # reproducible
+
+
+def test_the_profiles_give_costly_settings_fewer_seeds() -> None:
+    full = one_run.PROFILES["full"]
+    seeds = {setting.name: full.seeds_of(setting) for setting in full.settings}
+    assert seeds["Opacus, 60,000 records: dense, least-likely labels, full batch"] == 2
+    assert seeds["dense, least-likely labels, full batch"] == full.seeds == 20
+    with pytest.raises(InvalidParameterError) as unknown:
+        Profile("bad", (TINY,), (4.0,), fewer_seeds=(("other", 1),))
+    assert unknown.value.parameter == "fewer_seeds"
+    with pytest.raises(InvalidParameterError) as zero:
+        Profile("bad", (TINY,), (4.0,), fewer_seeds=(("tiny", 0),))
+    assert zero.value.parameter == "seeds"
+
+
+def test_chosen_settings_replace_their_own_rows_and_keep_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(results_io, "RESULTS", tmp_path)
+    other = dataclasses.replace(TINY, name="tiny, dense", design="dense")
+    plan = Profile("tiny", (TINY, other), (4.0,), seeds=2, fewer_seeds=(("tiny, dense", 1),))
+    first = one_run.run(chosen=plan, progress=False)
+    assert [(row["setting_name"], row["seed"]) for row in first] == [
+        ("tiny", 0),
+        ("tiny", 1),
+        ("tiny, dense", 0),
+    ]
+    meta = json.loads((tmp_path / "blackbox_one_run_tiny.meta.json").read_text())
+    meta["commit"] = "0" * 40
+    (tmp_path / "blackbox_one_run_tiny.meta.json").write_text(json.dumps(meta))
+    rows = json.loads((tmp_path / "blackbox_one_run_tiny.json").read_text())
+    unstamped = [{k: v for k, v in row.items() if k not in ("commit", "created")} for row in rows]
+    (tmp_path / "blackbox_one_run_tiny.json").write_text(json.dumps(unstamped))
+    again = one_run.run(chosen=plan, setting_names=["dense"], progress=False)
+    assert [row["setting_name"] for row in again] == ["tiny, dense"]
+    saved = json.loads((tmp_path / "blackbox_one_run_tiny.json").read_text())
+    assert [(row["setting_name"], row["seed"]) for row in saved] == [
+        ("tiny", 0),
+        ("tiny", 1),
+        ("tiny, dense", 0),
+    ]
+    assert [row["commit"] == "0" * 40 for row in saved] == [True, True, False]
+    text = one_run_report.table(
+        saved, json.loads((tmp_path / "blackbox_one_run_tiny.meta.json").read_text())
+    )
+    assert f"Rows of tiny: commit `{'0' * 40}`" in text
+    with pytest.raises(InvalidParameterError) as unknown:
+        one_run.run(chosen=plan, setting_names=["CNN"], progress=False)
+    assert unknown.value.parameter == "setting_names"
 
 
 def test_an_under_noised_training_is_caught() -> None:
@@ -173,7 +240,8 @@ def test_a_correct_training_at_a_small_claim_stays_below_it() -> None:
 
 def _without_timing(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [
-        {k: v for k, v in row.items() if k not in ("run_seconds", "wall_seconds")} for row in rows
+        {k: v for k, v in row.items() if k not in ("run_seconds", "wall_seconds", "created")}
+        for row in rows
     ]
 
 
