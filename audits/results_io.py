@@ -17,6 +17,17 @@ ROOT = Path(__file__).resolve().parents[1]
 RUNS = RESULTS / "runs"
 
 
+def stamp(**extra: Any) -> dict[str, Any]:
+    """The provenance of results made now (:func:`dpcore.provenance.provenance` of this
+    checkout): changed results files under ``audits/results/`` (a long audit rewrites its table
+    and run bundle as it goes) do not mark the commit ``-dirty``; changed code does."""
+    try:
+        ignore = [RESULTS.relative_to(ROOT).as_posix()]
+    except ValueError:  # results kept outside the checkout (tests)
+        ignore = []
+    return provenance(root=ROOT, ignore=ignore, **extra)
+
+
 def run_store(audit: str, *sources: ModuleType | str | Path) -> RunStore:
     """The run store of ``audit`` (``results/runs/<audit>``), keyed by the code of ``sources``.
 
@@ -32,7 +43,7 @@ def save(audit: str, rows: list[dict[str, Any]], config: dict[str, Any]) -> Path
     path = RESULTS / f"{audit}.json"
     # the commit before the rows are written: a tracked results file, once rewritten, would
     # mark the checkout as changed ("-dirty") although the code that made the rows was not
-    meta = provenance(root=ROOT, audit=audit, config=config)
+    meta = stamp(audit=audit, config=config)
     atomic_write_text(path, json.dumps(rows, indent=1, allow_nan=False) + "\n")
     atomic_write_text(RESULTS / f"{audit}.meta.json", json.dumps(meta, indent=1) + "\n")
     return path

@@ -28,7 +28,6 @@ from audits.blackbox.settings import BlackBoxRun, BlackBoxSetting
 from audits.results_io import run_store, save
 from dpcore.accountants import PldAccountant
 from dpcore.events import dpsgd_event
-from dpcore.provenance import provenance
 from dpcore.runs import (
     ExecutorChoice,
     RunStore,
@@ -260,7 +259,7 @@ def run(
     if setting_names is not None and (results_io.RESULTS / f"{stem}.json").exists():
         previous = results_io.load(stem)
     rows: list[dict[str, Any]] = []
-    stamp = provenance(root=results_io.ROOT)
+    stamp = results_io.stamp()
     config = {
         "profile": whole.name,
         "audits": [

@@ -57,7 +57,6 @@ from audits.results_io import run_store, save
 from dpcore.atomic import atomic_write_text
 from dpcore.errors import InvalidParameterError
 from dpcore.mechanisms.gaussian import gdp_epsilon
-from dpcore.provenance import provenance
 from dpcore.runs import ExecutorChoice, RunStore, SupportsSubmit, machine, run_many
 from dpcore.validation import check_count, check_delta, check_positive
 
@@ -372,7 +371,7 @@ def run(
     meta = results_io.load_meta(stem)
     if setting_names is not None and (results_io.RESULTS / f"{stem}.json").exists():
         previous = results_io.load(stem)
-    stamp = provenance(root=results_io.ROOT)
+    stamp = results_io.stamp()
     rows: list[dict[str, Any]] = []
     config: dict[str, Any] = {
         "profile": whole.name,

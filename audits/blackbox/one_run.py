@@ -73,7 +73,6 @@ from audits.results_io import run_store, save
 from dpcore.auditing import one_run_epsilon_lower_bound
 from dpcore.auditing.one_run_fdp import one_run_gdp_lower_bound
 from dpcore.errors import InvalidParameterError
-from dpcore.provenance import provenance
 from dpcore.runs import ExecutorChoice, RunStore, SupportsSubmit, machine, run_many
 from dpcore.validation import check_count, check_positive, check_seed
 
@@ -587,7 +586,7 @@ def run(
     meta = results_io.load_meta(stem)
     if setting_names is not None and (results_io.RESULTS / f"{stem}.json").exists():
         previous = results_io.load(stem)
-    stamp = provenance(root=results_io.ROOT)
+    stamp = results_io.stamp()
     config = {
         "profile": plan.name,
         "settings": [dataclasses.asdict(setting) for setting in plan.settings],
