@@ -9,10 +9,12 @@ audits' run stores (``audits/results/runs/``), so an interrupted audit resumes.
 ``--profile`` (``quick``, the default, or ``full``) sizes the audits that have profiles (the
 multi-run black-box membership audit); the others ignore it. A full profile keeps its finished
 runs in a committed run bundle (``audits/results/checkpoints/``) after every row, so a profile
-longer than one machine's session resumes from a fresh checkout.
+longer than one machine's session resumes from a fresh checkout (the multi-run and the
+crafted-gradient black-box audits).
 
 ``--settings TEXT ...`` audits only the settings whose names contain one of the texts (the
-black-box audit's profiles); the saved rows of the other settings stay.
+black-box audits: multi-run, crafted-gradient, one-run); the saved rows of the other settings
+stay.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ AUDITS: dict[str, tuple[Callable[..., Any], Callable[[], None]]] = {
 
 
 #: the run bundles the full profiles resume from (committed, see :mod:`dpcore.runs.bundle`)
-CHECKPOINTS = {"blackbox": blackbox.CHECKPOINT}
+CHECKPOINTS = {"blackbox": blackbox.CHECKPOINT, "blackbox_crafted": blackbox_crafted.CHECKPOINT}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,6 +32,7 @@ import math
 import textwrap
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -57,16 +58,26 @@ from audits.results_io import run_store, save
 from dpcore.atomic import atomic_write_text
 from dpcore.errors import InvalidParameterError
 from dpcore.mechanisms.gaussian import gdp_epsilon
-from dpcore.runs import ExecutorChoice, RunStore, SupportsSubmit, machine, run_many
+from dpcore.runs import (
+    ExecutorChoice,
+    RunStore,
+    SupportsSubmit,
+    export_runs,
+    import_runs,
+    machine,
+    run_many,
+)
 from dpcore.validation import check_count, check_delta, check_positive
 
 __all__ = [
     "ANCHOR",
+    "CHECKPOINT",
     "EPSILONS",
     "PROFILES",
     "SOURCES",
     "CraftedProfile",
     "audit_setting",
+    "plan_runs",
     "results_name",
     "run",
     "runs_of",
@@ -326,6 +337,20 @@ PROFILES = {
 }
 
 
+def plan_runs(plan: CraftedProfile) -> list[CraftedRun]:
+    """Every run of a profile (each setting's runs at each of its claims)."""
+    return [
+        spec
+        for setting, runs_per_world, epsilons in plan.audits
+        for epsilon in epsilons
+        for spec in runs_of(setting, epsilon, runs_per_world)
+    ]
+
+
+#: The committed run bundle the full profile resumes from (:mod:`dpcore.runs.bundle`).
+CHECKPOINT = results_io.RESULTS / "checkpoints" / "blackbox_crafted.jsonl"
+
+
 def results_name(profile: str) -> str:
     """``blackbox_crafted`` for the full profile (the committed table), else
     ``blackbox_crafted_<profile>``."""
@@ -337,6 +362,7 @@ def run(
     *,
     executor: str | ExecutorChoice | SupportsSubmit | None = None,
     setting_names: Sequence[str] | None = None,
+    checkpoint: str | Path | None = None,
     progress: bool = True,
     chosen: CraftedProfile | None = None,
 ) -> list[dict[str, Any]]:
@@ -350,6 +376,9 @@ def run(
         setting_names: audit only the profile's settings whose names contain one of these
             texts; their rows replace the saved rows of the same (setting, claim), the other
             saved rows stay (each keeps the commit it was measured at).
+        checkpoint: a run bundle (:mod:`dpcore.runs.bundle`) to resume from and to keep up to
+            date after every row (``python -m audits`` uses :data:`CHECKPOINT` for the full
+            profile), so a profile too long for one machine's session carries to the next.
         progress: show progress bars.
         chosen: a profile to run instead of the named one (tests, partial measurements).
 
@@ -357,7 +386,8 @@ def run(
         The rows audited by this call.
 
     Raises:
-        InvalidParameterError: an unknown profile name or setting (before any run).
+        InvalidParameterError: an unknown profile name or setting; a damaged checkpoint (before
+            any run).
         RunsFailedError: runs still failed after a retry.
     """
     if chosen is None and profile not in PROFILES:
@@ -365,6 +395,16 @@ def run(
     whole = chosen if chosen is not None else PROFILES[profile]
     keep = chosen_names([setting.name for setting, _, _ in whole.audits], setting_names, whole.name)
     kept = store()
+    if checkpoint is not None:
+        imported = import_runs(kept, plan_runs(whole), checkpoint)
+        if progress and (imported.added or imported.other_code):
+            print(
+                f"{checkpoint}: {imported.added} finished runs resumed"
+                + (
+                    f", {imported.other_code} of other code not used" if imported.other_code else ""
+                ),
+                flush=True,
+            )
     start = time.perf_counter()
     stem = results_name(whole.name)
     previous: list[dict[str, Any]] = []
@@ -412,6 +452,8 @@ def run(
                 }
             )
             config["wall_seconds"] = time.perf_counter() - start
+            if checkpoint is not None:
+                export_runs(kept, plan_runs(whole), checkpoint)
             together = merged(previous, meta, rows)
             together.sort(
                 key=lambda r: (

@@ -357,3 +357,33 @@ def test_profiles_refuse_too_few_runs_or_no_claims() -> None:
         CraftedProfile("bad", ((TINY, 8, ()),))
     assert none.value.parameter == "epsilons"
     assert set(crafted_audit.PROFILES) == {"quick", "full"}
+
+
+def test_a_checkpoint_carries_finished_runs_to_a_fresh_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The full profile's run bundle (``python -m audits --profile full`` passes
+    :data:`crafted_audit.CHECKPOINT`): written after every row, read back into an empty store,
+    after which no run is trained again and the rows are the same."""
+    import shutil
+
+    monkeypatch.setattr(results_io, "RESULTS", tmp_path)
+    monkeypatch.setattr(results_io, "RUNS", tmp_path / "runs")
+    plan = CraftedProfile("tiny", ((TINY, 8, (4.0, 10.0)),))
+    bundle = tmp_path / "checkpoints" / "blackbox_crafted.jsonl"
+    first = crafted_audit.run(chosen=plan, checkpoint=bundle, progress=False)
+    assert len(bundle.read_text().splitlines()) == 2 * 2 * 8
+    shutil.rmtree(tmp_path / "runs")  # a fresh checkout: no run store
+
+    def never(run: CraftedRun) -> object:
+        raise AssertionError(f"{run} trained again")
+
+    monkeypatch.setattr(crafted_gradient, "execute", never)
+    again = crafted_audit.run(chosen=plan, checkpoint=bundle, progress=False)
+    timing = ("run_seconds", "wall_seconds", "created")
+    assert [{k: v for k, v in row.items() if k not in timing} for row in again] == [
+        {k: v for k, v in row.items() if k not in timing} for row in first
+    ]
+    from audits.__main__ import CHECKPOINTS
+
+    assert CHECKPOINTS["blackbox_crafted"] == crafted_audit.CHECKPOINT

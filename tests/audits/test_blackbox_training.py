@@ -155,7 +155,5 @@ def test_the_fast_engine_takes_a_well_fit_cnn_in_float32() -> None:
     setting = dataclasses.replace(TINY, model="cnn", pretrain_steps=200, max_grad_norm=0.1)
     x, y = training.subset(setting)
     for dtype in (torch.float32, torch.float64):
-        model = training.fit(
-            setting, x, y, seed=1, noise_multiplier=1.0, divisor=40.0, dtype=dtype
-        )
+        model = training.fit(setting, x, y, seed=1, noise_multiplier=1.0, divisor=40.0, dtype=dtype)
         assert all(bool(torch.isfinite(p).all()) for p in model.parameters())
