@@ -18,19 +18,25 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import io
+import json
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
+from audits import results_io
 from audits.blackbox.data import pretraining_records, subset, target
 from audits.blackbox.scores import target_scores
 from audits.blackbox.settings import BlackBoxRun, BlackBoxSetting, check_run, check_setting
 from audits.dpsgd_whitebox import single_thread
+from dpcore.atomic import atomic_write_bytes
 from dpcore.calibration import calibrate_noise
+from dpcore.runs import code_fingerprint
 from dpcore.torch.models import tf_privacy_mnist_cnn
 from dpcore.torch.noise import NoiseSource
 from dpcore.torch.samplers import PoissonSampler
@@ -90,23 +96,74 @@ def initial_state(setting: BlackBoxSetting) -> dict[str, torch.Tensor]:
     """The parameters every run of ``setting`` starts from (computed once per process).
 
     Worst case: the seeded model pre-trained with full-batch Adam for ``pretrain_steps`` on
-    :func:`~audits.blackbox.data.pretraining_records`; random: the seeded model as built. The
-    setting's name and implementation do not enter: dpcore and Opacus runs start alike.
+    :func:`~audits.blackbox.data.pretraining_records` (one torch thread, so every process gets
+    the same bits); random: the seeded model as built. The setting's name and implementation do
+    not enter: dpcore and Opacus runs start alike. Pre-trained parameters are also kept on disk
+    (:func:`state_file`): the CNN's take about five minutes of one core, and every worker of
+    every process pool would otherwise compute them again.
     """
     return _initial_state(dataclasses.replace(setting, name="-", implementation="dpcore"))
+
+
+#: The code that determines pre-trained initial parameters (it keys the files on disk).
+STATE_SOURCES = ("audits.blackbox.training", "audits.blackbox.data", "dpcore.torch.models")
+
+
+def state_file(setting: BlackBoxSetting) -> Path:
+    """Where the pre-trained initial parameters of ``setting`` are kept:
+    ``audits/results/runs/initial_states/<key>.pt`` (git-ignored), the key a hash of the
+    setting's fields (name and implementation aside), the torch version and the code of
+    :data:`STATE_SOURCES`."""
+    fields = dataclasses.asdict(dataclasses.replace(setting, name="-", implementation="dpcore"))
+    text = json.dumps(fields, sort_keys=True) + torch.__version__
+    key = code_fingerprint(*STATE_SOURCES, extra=text)
+    return results_io.RUNS / "initial_states" / f"{key}.pt"
+
+
+def _load_state(path: Path, model: nn.Module) -> dict[str, torch.Tensor] | None:
+    """The state saved at ``path`` if it is one of ``model``'s (same names, shapes, dtypes,
+    finite values), else None (unreadable or damaged files are recomputed)."""
+    try:
+        state = torch.load(path, weights_only=True)
+    except Exception:  # missing, truncated or not a state: computed again
+        return None
+    expected = model.state_dict()
+    if not isinstance(state, dict) or set(state) != set(expected):
+        return None
+    for name, value in expected.items():
+        saved = state[name]
+        if (
+            not isinstance(saved, torch.Tensor)
+            or saved.shape != value.shape
+            or saved.dtype != value.dtype
+            or not bool(torch.isfinite(saved).all())
+        ):
+            return None
+    return state
 
 
 @functools.cache
 def _initial_state(setting: BlackBoxSetting) -> dict[str, torch.Tensor]:
     model = make_model(setting)
     if setting.init == "worst_case":
+        path = state_file(setting)
+        saved = _load_state(path, model)
+        if saved is not None:
+            return saved
         x, y = pretraining_records(setting)
         inputs, labels = torch.from_numpy(x), torch.from_numpy(y)
         optimizer = torch.optim.Adam(model.parameters(), lr=PRETRAIN_LR)
-        for _ in range(setting.pretrain_steps):
-            optimizer.zero_grad()
-            nn.functional.cross_entropy(model(inputs), labels).backward()
-            optimizer.step()
+        with single_thread():
+            for _ in range(setting.pretrain_steps):
+                optimizer.zero_grad()
+                nn.functional.cross_entropy(model(inputs), labels).backward()
+                optimizer.step()
+        state = {name: value.detach().clone() for name, value in model.state_dict().items()}
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(path, buffer.getvalue())
+        return state
     return {name: value.detach().clone() for name, value in model.state_dict().items()}
 
 

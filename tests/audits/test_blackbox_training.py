@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 import torch
@@ -157,3 +158,38 @@ def test_the_fast_engine_takes_a_well_fit_cnn_in_float32() -> None:
     for dtype in (torch.float32, torch.float64):
         model = training.fit(setting, x, y, seed=1, noise_multiplier=1.0, divisor=40.0, dtype=dtype)
         assert all(bool(torch.isfinite(p).all()) for p in model.parameters())
+
+
+def test_pre_trained_initial_parameters_are_kept_on_disk_and_checked_when_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Computed once, saved atomically, read back in later processes (here: after clearing
+    the in-process cache) equal to the bit; a damaged or foreign file is computed again."""
+    from audits import results_io
+
+    monkeypatch.setattr(results_io, "RUNS", tmp_path)
+    setting = dataclasses.replace(TINY, seed=5)
+    training._initial_state.cache_clear()
+    first = training.initial_state(setting)
+    path = training.state_file(setting)
+    assert path.exists() and path.parent == tmp_path / "initial_states"
+    assert training.state_file(dataclasses.replace(setting, name="x")) == path
+    assert training.state_file(dataclasses.replace(setting, pretrain_steps=21)) != path
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("pre-trained again")
+
+    training._initial_state.cache_clear()
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.optim.Adam, "step", never)
+        again = training.initial_state(setting)
+    assert all(torch.equal(again[k], first[k]) for k in first)
+    for damage in (b"not a state", None):
+        if damage is None:  # a state of another model: names match nothing
+            torch.save({"weight": torch.zeros(3)}, path)
+        else:
+            path.write_bytes(damage)
+        training._initial_state.cache_clear()
+        redone = training.initial_state(setting)
+        assert all(torch.equal(redone[k], first[k]) for k in first)
+    training._initial_state.cache_clear()
