@@ -17,8 +17,10 @@ __all__ = ["chosen", "merged", "other_commits"]
 
 
 def chosen(names: Sequence[str], wanted: Sequence[str] | None, profile: str) -> list[bool]:
-    """For each of a profile's setting ``names``: whether it contains one of ``wanted``
-    (case-insensitive; every name when ``wanted`` is None).
+    """For each of a profile's setting ``names``: whether one of ``wanted`` picks it
+    (case-insensitive; every name when ``wanted`` is None). A text equal to a whole setting name
+    picks that setting alone (``CNN: full batch, every step`` is part of ``Opacus CNN: full
+    batch, every step`` too); any other text picks every name that contains it.
 
     Raises:
         InvalidParameterError: an entry of ``wanted`` matches no name (the message lists the
@@ -26,14 +28,22 @@ def chosen(names: Sequence[str], wanted: Sequence[str] | None, profile: str) -> 
     """
     if wanted is None:
         return [True] * len(names)
+    lowered = [name.lower() for name in names]
+    picked = [False] * len(names)
     for text in wanted:
-        if not any(text.lower() in name.lower() for name in names):
+        key = text.lower()
+        hits = [i for i, name in enumerate(lowered) if name == key] or [
+            i for i, name in enumerate(lowered) if key in name
+        ]
+        if not hits:
             raise InvalidParameterError(
                 "setting_names",
                 f"parts of the {profile!r} profile's setting names {list(names)}",
                 text,
             )
-    return [any(text.lower() in name.lower() for text in wanted) for name in names]
+        for i in hits:
+            picked[i] = True
+    return picked
 
 
 def merged(
