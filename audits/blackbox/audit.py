@@ -23,7 +23,7 @@ from audits.blackbox import data, profiles, scores, settings, training
 from audits.blackbox.decision import decide
 from audits.blackbox.profiles import Profile
 from audits.blackbox.scores import MEMBERSHIP_SIGN, SCORES
-from audits.blackbox.selection import chosen, merged
+from audits.blackbox.selection import chosen, merged, previous_rows, resume
 from audits.blackbox.settings import BlackBoxRun, BlackBoxSetting
 from audits.results_io import run_store, save
 from dpcore.accountants import PldAccountant
@@ -33,7 +33,6 @@ from dpcore.runs import (
     RunStore,
     SupportsSubmit,
     export_runs,
-    import_runs,
     machine,
     run_many,
 )
@@ -244,20 +243,9 @@ def run(
     plan = select(whole, setting_names)
     kept = store()
     if checkpoint is not None:
-        imported = import_runs(kept, plan_runs(whole), checkpoint)
-        if progress and (imported.added or imported.other_code):
-            print(
-                f"{checkpoint}: {imported.added} finished runs resumed"
-                + (
-                    f", {imported.other_code} of other code not used" if imported.other_code else ""
-                ),
-                flush=True,
-            )
+        resume(kept, plan_runs(whole), checkpoint, progress)
     stem = results_name(whole.name)
-    previous: list[dict[str, Any]] = []
-    meta = results_io.load_meta(stem)
-    if setting_names is not None and (results_io.RESULTS / f"{stem}.json").exists():
-        previous = results_io.load(stem)
+    previous, meta = previous_rows(stem, setting_names)
     rows: list[dict[str, Any]] = []
     stamp = results_io.stamp()
     config = {

@@ -52,7 +52,7 @@ from audits.blackbox.crafted_gradient import (
 )
 from audits.blackbox.decision import decide
 from audits.blackbox.selection import chosen as chosen_names
-from audits.blackbox.selection import merged, other_commits
+from audits.blackbox.selection import merged, other_commits, previous_rows, resume
 from audits.blackbox.settings import BlackBoxSetting
 from audits.results_io import run_store, save
 from dpcore.atomic import atomic_write_text
@@ -63,7 +63,6 @@ from dpcore.runs import (
     RunStore,
     SupportsSubmit,
     export_runs,
-    import_runs,
     machine,
     run_many,
 )
@@ -396,21 +395,10 @@ def run(
     keep = chosen_names([setting.name for setting, _, _ in whole.audits], setting_names, whole.name)
     kept = store()
     if checkpoint is not None:
-        imported = import_runs(kept, plan_runs(whole), checkpoint)
-        if progress and (imported.added or imported.other_code):
-            print(
-                f"{checkpoint}: {imported.added} finished runs resumed"
-                + (
-                    f", {imported.other_code} of other code not used" if imported.other_code else ""
-                ),
-                flush=True,
-            )
+        resume(kept, plan_runs(whole), checkpoint, progress)
     start = time.perf_counter()
     stem = results_name(whole.name)
-    previous: list[dict[str, Any]] = []
-    meta = results_io.load_meta(stem)
-    if setting_names is not None and (results_io.RESULTS / f"{stem}.json").exists():
-        previous = results_io.load(stem)
+    previous, meta = previous_rows(stem, setting_names)
     stamp = results_io.stamp()
     rows: list[dict[str, Any]] = []
     config: dict[str, Any] = {

@@ -66,7 +66,7 @@ from torch import nn
 from audits import results_io
 from audits.blackbox import data, settings, training
 from audits.blackbox.selection import chosen as chosen_names
-from audits.blackbox.selection import merged
+from audits.blackbox.selection import merged, previous_rows
 from audits.blackbox.settings import BlackBoxSetting
 from audits.dpsgd_whitebox import single_thread
 from audits.results_io import run_store, save
@@ -582,10 +582,7 @@ def run(
     keep = chosen_names([setting.name for setting in plan.settings], setting_names, plan.name)
     start = time.perf_counter()
     stem = results_name(plan.name)
-    previous: list[dict[str, Any]] = []
-    meta = results_io.load_meta(stem)
-    if setting_names is not None and (results_io.RESULTS / f"{stem}.json").exists():
-        previous = results_io.load(stem)
+    previous, meta = previous_rows(stem, setting_names)
     stamp = results_io.stamp()
     config = {
         "profile": plan.name,

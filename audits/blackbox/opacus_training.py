@@ -42,10 +42,8 @@ from audits.blackbox.training import (
     BeforeStep,
     initial_state,
     make_model,
-    noise_multiplier,
     per_example_cross_entropy,
-    public_divisor,
-    run_seed,
+    run_options,
     training_records,
 )
 
@@ -66,18 +64,10 @@ def train(run: BlackBoxRun, *, dtype: torch.dtype = torch.float32, noise: bool =
     Raises:
         InvalidParameterError: a bad run (see :func:`~audits.blackbox.settings.check_run`).
     """
-    setting = check_run(run).setting
-    sigma = noise_multiplier(
-        run.epsilon, setting.delta, setting.sampling_probability, setting.steps
-    )
-    return fit(
-        setting,
-        *training_records(run),
-        seed=run_seed(run),
-        noise_multiplier=sigma if noise else 0.0,
-        divisor=public_divisor(setting),
-        dtype=dtype,
-    )
+    options = run_options(check_run(run))
+    if not noise:
+        options["noise_multiplier"] = 0.0
+    return fit(run.setting, *training_records(run), dtype=dtype, **options)
 
 
 def fit(

@@ -9,11 +9,14 @@ one-run black-box audits share these two steps.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+from audits import results_io
 from dpcore.errors import InvalidParameterError
+from dpcore.runs import RunStore, import_runs
 
-__all__ = ["chosen", "merged", "other_commits"]
+__all__ = ["chosen", "merged", "other_commits", "previous_rows", "resume"]
 
 
 def chosen(names: Sequence[str], wanted: Sequence[str] | None, profile: str) -> list[bool]:
@@ -75,3 +78,23 @@ def other_commits(rows: list[dict[str, Any]], meta: dict[str, Any]) -> list[str]
         f"Rows of {'; '.join(names)}: commit `{commit}`, created {created}."
         for (commit, created), names in others.items()
     ]
+
+
+def previous_rows(
+    stem: str, setting_names: Sequence[str] | None
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """``(rows, meta)`` saved as ``results/<stem>.json``: the rows only when settings are chosen
+    (the others are kept beside the new ones), else none (the profile's rows replace them)."""
+    meta = results_io.load_meta(stem)
+    if setting_names is None or not (results_io.RESULTS / f"{stem}.json").exists():
+        return [], meta
+    return results_io.load(stem), meta
+
+
+def resume(store: RunStore, specs: Sequence[Any], checkpoint: str | Path, progress: bool) -> None:
+    """Put the finished runs of ``specs`` kept in the run bundle ``checkpoint`` into ``store``
+    (:func:`dpcore.runs.import_runs`: the whole file is validated first) and say how many."""
+    imported = import_runs(store, specs, checkpoint)
+    if progress and (imported.added or imported.other_code):
+        other = f", {imported.other_code} of other code not used" if imported.other_code else ""
+        print(f"{checkpoint}: {imported.added} finished runs resumed{other}", flush=True)

@@ -52,6 +52,7 @@ __all__ = [
     "noise_multiplier",
     "per_example_cross_entropy",
     "public_divisor",
+    "run_options",
     "run_seed",
     "train",
 ]
@@ -314,11 +315,12 @@ def train(run: BlackBoxRun, *, dtype: torch.dtype = torch.float32, noise: bool =
         InvalidParameterError: a bad run (see :func:`~audits.blackbox.settings.check_run`).
     """
     setting = dataclasses.replace(check_run(run).setting, implementation="dpcore")
-    return fit(setting, *training_records(run), dtype=dtype, noise=noise, **_run_options(run))
+    return fit(setting, *training_records(run), dtype=dtype, noise=noise, **run_options(run))
 
 
-def _run_options(run: BlackBoxRun) -> dict[str, Any]:
-    """A multi-run audit's run: its seed, the claim's sigma and the public divisor."""
+def run_options(run: BlackBoxRun) -> dict[str, Any]:
+    """:func:`fit`'s ``seed``, ``noise_multiplier`` and ``divisor`` for a multi-run audit's run:
+    its seed, the claim's sigma and the public divisor."""
     setting = run.setting
     return {
         "seed": run_seed(run),
@@ -342,7 +344,7 @@ def execute(run: BlackBoxRun) -> dict[str, Any]:
     """
     start = time.perf_counter()
     with single_thread():
-        model = fit(run.setting, *training_records(check_run(run)), **_run_options(run))
+        model = fit(run.setting, *training_records(check_run(run)), **run_options(run))
         scores = target_scores(model, *target(run.setting))
     sigma = noise_multiplier(
         run.epsilon, run.setting.delta, run.setting.sampling_probability, run.setting.steps

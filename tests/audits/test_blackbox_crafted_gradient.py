@@ -29,6 +29,7 @@ from dpcore.errors import InvalidParameterError
 from dpcore.events import dpsgd_event
 from dpcore.mechanisms.gaussian import gdp_epsilon
 from dpcore.runs import RunStore
+from tests.audits.saved_results import as_if_written_at
 
 TINY_BASE = BlackBoxSetting(
     name="tiny",
@@ -329,13 +330,7 @@ def test_chosen_settings_replace_their_own_rows_and_keep_the_others(
     plan = CraftedProfile("quick", ((TINY, 8, (4.0,)), (other, 8, (4.0, 10.0))))
     first = crafted_audit.run(chosen=plan, progress=False)
     assert [row["setting_name"] for row in first] == [TINY.name, other.name, other.name]
-    # as if the table had been written at an older commit, by code that did not stamp rows
-    meta = json.loads((tmp_path / "blackbox_crafted_quick.meta.json").read_text())
-    meta["commit"] = "0" * 40
-    (tmp_path / "blackbox_crafted_quick.meta.json").write_text(json.dumps(meta))
-    rows = json.loads((tmp_path / "blackbox_crafted_quick.json").read_text())
-    unstamped = [{k: v for k, v in row.items() if k not in ("commit", "created")} for row in rows]
-    (tmp_path / "blackbox_crafted_quick.json").write_text(json.dumps(unstamped))
+    as_if_written_at(tmp_path, "blackbox_crafted_quick", "0" * 40)
     again = crafted_audit.run(chosen=plan, setting_names=["3rd"], progress=False)
     assert [row["epsilon"] for row in again] == [4.0, 10.0]
     saved = json.loads((tmp_path / "blackbox_crafted_quick.json").read_text())

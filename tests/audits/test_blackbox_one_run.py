@@ -20,6 +20,7 @@ from dpcore.auditing import one_run_epsilon_lower_bound
 from dpcore.auditing.one_run_fdp import one_run_gdp_lower_bound
 from dpcore.errors import InvalidParameterError
 from dpcore.torch.training import DPTrainer
+from tests.audits.saved_results import as_if_written_at
 
 TINY_BASE = BlackBoxSetting(
     name="tiny", subset_size=40, pretrain_size=200, pretrain_steps=20, steps=4
@@ -199,12 +200,7 @@ def test_chosen_settings_replace_their_own_rows_and_keep_the_others(
         ("tiny", 1),
         ("tiny, dense", 0),
     ]
-    meta = json.loads((tmp_path / "blackbox_one_run_tiny.meta.json").read_text())
-    meta["commit"] = "0" * 40
-    (tmp_path / "blackbox_one_run_tiny.meta.json").write_text(json.dumps(meta))
-    rows = json.loads((tmp_path / "blackbox_one_run_tiny.json").read_text())
-    unstamped = [{k: v for k, v in row.items() if k not in ("commit", "created")} for row in rows]
-    (tmp_path / "blackbox_one_run_tiny.json").write_text(json.dumps(unstamped))
+    as_if_written_at(tmp_path, "blackbox_one_run_tiny", "0" * 40)
     again = one_run.run(chosen=plan, setting_names=["dense"], progress=False)
     assert [row["setting_name"] for row in again] == ["tiny, dense"]
     saved = json.loads((tmp_path / "blackbox_one_run_tiny.json").read_text())
