@@ -130,7 +130,7 @@ def test_results_are_saved_after_every_cell_with_the_peers_origin(
     )
     # the checkout reads as changed once the first save rewrote tracked results
     commits = iter(["abc123", *["abc123-dirty"] * 20])
-    monkeypatch.setattr(provenance, "git_commit", lambda root=None: next(commits))
+    monkeypatch.setattr(provenance, "git_commit", lambda root=None, ignore=(): next(commits))
     peer = _peer_file(tmp_path)
     with pytest.raises(KeyboardInterrupt):
         tf_training.run(tmp_path / "results", quick=True, threads=2, peer_file=peer)
@@ -219,7 +219,7 @@ def test_cells_timed_on_an_executor_one_at_a_time_give_the_same_rows(
         return protocol.WorkerResult("ok", row=row, returncode=0)
 
     monkeypatch.setattr(tf_training, "run_cell", fake_cell)
-    monkeypatch.setattr(provenance, "git_commit", lambda root=None: "abc123")
+    monkeypatch.setattr(provenance, "git_commit", lambda root=None, ignore=(): "abc123")
     peer = _peer_file(tmp_path)
     here = tf_training.run(tmp_path / "here", quick=True, threads=1, peer_file=peer)
     with ThreadPoolExecutor(4) as pool:
