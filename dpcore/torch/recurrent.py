@@ -4,10 +4,12 @@ PyTorch's recurrent kernels (native, oneDNN, cuDNN) have no batching rule for ``
 (GRU and RNN fail; the native LSTM's in-place state updates fail in float64; cuDNN's kernels
 fail on CUDA) and no forward-mode rule on CUDA. :func:`decomposed_forward` computes the same
 recurrence as the module, with the same parameters, from ``linear``, ``sigmoid``, ``tanh`` and
-``relu``, which vmap batches and forward mode differentiates; :func:`decomposed_recurrence`
-routes a model's recurrent layers through it while open. Equal to the modules' own forward to
-float rounding (tested in float64 against each layer kind, batch-first or not, both directions,
-several layers, with and without bias).
+``relu``, which vmap batches and forward mode differentiates, and whose products with the weights
+are batch-first ``F.linear`` calls (the input projection of all steps at once, then the recurrent
+weight once a step), which the fast path's data flow attributes to examples;
+:func:`decomposed_recurrence` routes a model's recurrent layers through it while open. Equal
+to the modules' own forward to float rounding (tested in float64 against each layer kind,
+batch-first or not, both directions, several layers, with and without bias).
 
 The recurrences (PyTorch documentation; the weights hold the gates in this order):
 
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -34,7 +36,12 @@ from torch.nn import functional
 
 from dpcore.torch.errors import IncompatibleModelError
 
-__all__ = ["decomposed_forward", "decomposed_lstm_forward", "decomposed_recurrence"]
+__all__ = [
+    "decomposed_forward",
+    "decomposed_layers",
+    "decomposed_lstm_forward",
+    "decomposed_recurrence",
+]
 
 State = tuple[torch.Tensor, ...]
 Step = Callable[[torch.Tensor, State, torch.Tensor, torch.Tensor | None], State]
@@ -109,17 +116,19 @@ def decomposed_forward(module: nn.RNNBase, input: Any, hx: Any = None) -> tuple[
         step = _rnn_step(torch.tanh if module.nonlinearity == "tanh" else torch.relu)
     unbatched = input.dim() == 2
     if unbatched:
-        steps_first = input.unsqueeze(1)
+        examples_first = input.unsqueeze(0)
     else:
-        steps_first = input.transpose(0, 1) if module.batch_first else input
+        examples_first = input if module.batch_first else input.transpose(0, 1)
     directions = 2 if module.bidirectional else 1
-    shape = (module.num_layers * directions, steps_first.shape[1], module.hidden_size)
+    shape = (module.num_layers * directions, examples_first.shape[0], module.hidden_size)
     if hx is None:
-        initial: State = (steps_first.new_zeros(shape),) * (2 if lstm else 1)
+        initial: State = (examples_first.new_zeros(shape),) * (2 if lstm else 1)
     else:
         given = hx if lstm else (hx,)
         initial = tuple(state.unsqueeze(1) for state in given) if unbatched else tuple(given)
-    layer_input, last = steps_first, []
+    # Examples first throughout (batch, time, features): every product with a weight is then
+    # batch-first, whatever the module's layout.
+    layer_input, last = examples_first, []
     for layer in range(module.num_layers):
         outputs = []
         for direction in range(directions):
@@ -132,21 +141,24 @@ def decomposed_forward(module: nn.RNNBase, input: Any, hx: Any = None) -> tuple[
             )
             index = layer * directions + direction
             state = tuple(part[index] for part in initial)
-            length = projected.shape[0]
+            length = projected.shape[1]
             hidden: list[torch.Tensor] = [state[0]] * length
             for t in reversed(range(length)) if direction else range(length):
-                state = step(projected[t], state, recurrent, bias_hh)
+                state = step(projected[:, t], state, recurrent, bias_hh)
                 hidden[t] = state[0]
-            outputs.append(torch.stack(hidden))
+            outputs.append(torch.stack(hidden, dim=1))
             last.append(state)
         layer_input = torch.cat(outputs, dim=-1) if directions == 2 else outputs[0]
         if module.dropout and module.training and layer < module.num_layers - 1:
-            layer_input = functional.dropout(layer_input, p=module.dropout, training=True)
+            # drawn on the time-first layout, as the modules' kernels draw it (same masks)
+            time_first = layer_input.transpose(0, 1).contiguous()
+            dropped = functional.dropout(time_first, p=module.dropout, training=True)
+            layer_input = dropped.transpose(0, 1)
     final = tuple(torch.stack([state[k] for state in last]) for k in range(len(initial)))
     if unbatched:
-        layer_input = layer_input.squeeze(1)
+        layer_input = layer_input.squeeze(0)
         final = tuple(part.squeeze(1) for part in final)
-    elif module.batch_first:
+    elif not module.batch_first:
         layer_input = layer_input.transpose(0, 1)
     return layer_input, (final if lstm else final[0])
 
@@ -166,7 +178,14 @@ def decomposed_recurrence(
     """While open, every recurrent layer of ``model`` of ``kinds`` runs
     :func:`decomposed_forward` (an instance ``forward``, removed on exit; an instance forward
     the model had is restored)."""
-    layers = [module for module in model.modules() if isinstance(module, kinds)]
+    with decomposed_layers([module for module in model.modules() if isinstance(module, kinds)]):
+        yield
+
+
+@contextlib.contextmanager
+def decomposed_layers(layers: Sequence[nn.RNNBase]) -> Iterator[None]:
+    """While open, each of ``layers`` runs :func:`decomposed_forward` (as
+    :func:`decomposed_recurrence`, for a chosen list of layers)."""
     own = [module.__dict__.get("forward") for module in layers]
     for module in layers:
         module.forward = types.MethodType(decomposed_forward, module)

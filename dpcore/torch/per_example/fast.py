@@ -29,7 +29,10 @@ LayerNorm/RMSNorm, have the examples along the dimension the data flow followed 
 with their tokens into the first dimension, each example's rows one after another
 (``x.reshape(-1, d)`` of batch-first data: OPT's feed-forward block).
 ``nn.MultiheadAttention`` (and torch's transformer layers) is taken as its projections and the
-parameter-free attention between them (:mod:`dpcore.torch.per_example.attention`). A layer
+parameter-free attention between them (:mod:`dpcore.torch.per_example.attention`); ``nn.LSTM``,
+``nn.GRU`` and ``nn.RNN`` run step by step (:func:`~dpcore.torch.recurrent.decomposed_forward`:
+the input projection of all steps, then the recurrent weight once a step, each a batch-first
+``F.linear``; packed sequences and ``proj_size`` are refused). A layer
 whose output or input the forward later writes in place (``nn.ReLU(inplace=True)``,
 ``x += shortcut``) keeps a copy of it; so does the result of a handled operation written in place
 later in its layer's own call (timm's ``GroupNormAct``) or of an ``F.linear`` or convolution with
@@ -87,6 +90,7 @@ from dpcore.torch.per_example.trial import (
     loop_gradients,
     mismatch,
 )
+from dpcore.torch.recurrent import decomposed_layers
 from dpcore.torch.switches import switched
 
 __all__ = [
@@ -187,9 +191,21 @@ def _plan(model: nn.Module) -> list[_Layer]:
     return layers
 
 
+def _recurrent_layers(model: nn.Module) -> list[nn.RNNBase]:
+    """The ``nn.LSTM``, ``nn.GRU`` and ``nn.RNN`` layers without a handler of their own: the fast
+    path runs them step by step (:func:`~dpcore.torch.recurrent.decomposed_forward`), so that
+    their weights meet the examples in batch-first ``F.linear`` calls."""
+    return [
+        module
+        for module in model.modules()
+        if isinstance(module, nn.LSTM | nn.GRU | nn.RNN) and handler_for(module) is None
+    ]
+
+
 def fast_path_supports(model: nn.Module) -> bool:
-    """Whether every trainable parameter belongs to a module with a fast-path handler or to an
-    ``nn.MultiheadAttention`` (whose call the fast path decomposes).
+    """Whether every trainable parameter belongs to a module with a fast-path handler, to an
+    ``nn.MultiheadAttention`` or to an ``nn.LSTM``, ``nn.GRU`` or ``nn.RNN`` without
+    ``proj_size`` (whose calls the fast path decomposes).
 
     A static hint only: the fast path also handles parameters used batch-independently
     (positions, CLS tokens) and weights computed from parameters, and whether a model is
@@ -205,6 +221,12 @@ def fast_path_supports(model: nn.Module) -> bool:
         id(p)
         for module in model.modules()
         if isinstance(module, nn.MultiheadAttention)
+        for p in module.parameters(recurse=False)
+    }
+    handled |= {
+        id(p)
+        for module in _recurrent_layers(model)
+        if not getattr(module, "proj_size", 0)
         for p in module.parameters(recurse=False)
     }
     return all(id(p) in handled for p in model.parameters() if p.requires_grad)
@@ -370,6 +392,7 @@ class FastEngine(PerExampleEngine):
             )
         self.norm_strategy: NormStrategy = norm_strategy
         self._layers = _plan(model)
+        self._recurrent = _recurrent_layers(model)
         self._names = {id(p): n for n, p in self.named_parameters}  # parameter -> its name
         #: Meetings (by their parameters' names) whose result a forward wrote in place (an
         #: in-place activation after a convolution with a computed weight): later forwards go
@@ -480,7 +503,7 @@ class FastEngine(PerExampleEngine):
             handles.append(layer.module.register_forward_pre_hook(before, with_kwargs=True))
             handles.append(layer.module.register_forward_hook(after, with_kwargs=True))
         try:
-            with torch.enable_grad(), dataflow:
+            with torch.enable_grad(), dataflow, decomposed_layers(self._recurrent):
                 outputs = call_model(self.model, inputs)
                 losses = per_example_losses(loss_fn, outputs, targets, batch_size(inputs))
         finally:

@@ -2,9 +2,9 @@
 configs, random weights: :mod:`tests.torch.library_models`, the models benchmark's recipes) on
 dpcore's exact engines.
 
-``auto`` must pick the fast engine for each (the loop engine for Mixtral, whose experts run on
-the tokens routed to them; the vmap engine for Mamba and RWKV, which use operations the fast
-path has no rule for, and, with its decomposed recurrence, for torch's ``nn.GRU``), and its
+``auto`` must pick the fast engine for each (torch's ``nn.GRU`` through its decomposed
+recurrence; the loop engine for Mixtral, whose experts run on the tokens routed to them; the
+vmap engine for Mamba and RWKV, which use operations the fast path has no rule for), and its
 per-example norms and clipped sums equal a one-example-at-a-time autograd loop in float64; the
 vmap engine drops the outputs' cache objects and refuses, with a typed error, a model it cannot
 run (BERT's attention-mask checks branch on the data).
@@ -39,7 +39,6 @@ AUTO_PICKS = dict.fromkeys(LIBRARY_MODELS, "fast") | {
     "mixtral": "loop",
     "mamba": "vmap",
     "rwkv": "vmap",
-    "gru": "vmap",
 }
 #: Models tested in training mode (their dropout is 0): RWKV's and Mamba's eval-mode forwards
 #: write their cache in place (RWKV's cannot be differentiated there even by plain autograd, and
