@@ -355,26 +355,31 @@ def rwkv(sizes: Sizes = DEFAULT_SIZES) -> Any:
     return RwkvForCausalLM(config)
 
 
-class GRUClassifier(nn.Module):
-    """Embedding, a two-layer bidirectional ``nn.GRU``, a linear head on the last step (the
-    shape of Opacus' character-level name classifier, with torch's own GRU)."""
+class RecurrentClassifier(nn.Module):
+    """Embedding, a two-layer bidirectional ``nn.GRU`` or ``nn.LSTM``, a linear head on the last
+    step (the shape of Opacus' character-level name classifier, with torch's own layers)."""
 
-    def __init__(self, sizes: Sizes = DEFAULT_SIZES) -> None:
+    def __init__(self, sizes: Sizes = DEFAULT_SIZES, kind: type[nn.RNNBase] = nn.GRU) -> None:
         super().__init__()
         self.embedding = nn.Embedding(sizes.vocabulary, sizes.width)
-        self.gru = nn.GRU(
+        self.recurrent = kind(
             sizes.width, sizes.width, num_layers=2, bidirectional=True, batch_first=True
         )
         self.head = nn.Linear(2 * sizes.width, sizes.classes)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        states, _ = self.gru(self.embedding(tokens))
+        states, _ = self.recurrent(self.embedding(tokens))
         return self.head(states[:, -1])  # type: ignore[no-any-return]
 
 
 def gru_classifier(sizes: Sizes = DEFAULT_SIZES) -> nn.Module:
-    """:class:`GRUClassifier`."""
-    return GRUClassifier(sizes)
+    """:class:`RecurrentClassifier` with an ``nn.GRU``."""
+    return RecurrentClassifier(sizes, nn.GRU)
+
+
+def lstm_classifier(sizes: Sizes = DEFAULT_SIZES) -> nn.Module:
+    """:class:`RecurrentClassifier` with an ``nn.LSTM``."""
+    return RecurrentClassifier(sizes, nn.LSTM)
 
 
 def vit(sizes: Sizes = DEFAULT_SIZES) -> Any:
@@ -649,6 +654,7 @@ MODELS: dict[str, ModelRecipe] = {
             token_lot,
         ),
         ModelRecipe("gru", "torch", "nn.GRU classifier", gru_classifier, token_lot),
+        ModelRecipe("lstm", "torch", "nn.LSTM classifier", lstm_classifier, token_lot),
         ModelRecipe(
             "timm_resnet18_gn", "timm", "timm ResNet-18 with GroupNorm", timm_resnet18_gn, image_lot
         ),

@@ -122,7 +122,11 @@ def decomposed_forward(module: nn.RNNBase, input: Any, hx: Any = None) -> tuple[
     directions = 2 if module.bidirectional else 1
     shape = (module.num_layers * directions, examples_first.shape[0], module.hidden_size)
     if hx is None:
-        initial: State = (examples_first.new_zeros(shape),) * (2 if lstm else 1)
+        # zeros that carry the examples (a sum over no elements, exact whatever the input), so
+        # that the first step's product with the recurrent weight is an example's, as the others
+        no_elements = examples_first[:, :1, :0].sum(-1, keepdim=True).transpose(0, 1)
+        zeros = examples_first.new_zeros(shape) + no_elements
+        initial: State = (zeros,) * (2 if lstm else 1)
     else:
         given = hx if lstm else (hx,)
         initial = tuple(state.unsqueeze(1) for state in given) if unbatched else tuple(given)

@@ -12,8 +12,12 @@ parts' own squared norms and their pairwise inner products,
 (the ghost norm of Li, Tramèr, Liang, Hashimoto 2022, between two factorisations; a one-hot
 ``b`` of an embedding lookup makes ``b_t . b'_s`` an index read), at a cost of about
 ``T T' (d_in + d_out)`` per pair instead of ``(T + T') d_in d_out`` for materialising every
-``G_i``. The clipped sum is linear: the sum of the parts' clipped sums. Parts without factors,
-or a caller that asks for materialisation, get the ``G_i`` summed row by row.
+``G_i``. The clipped sum is linear: the sum of the parts' clipped sums. Where every part's
+factors are dense (no embedding lookup among them: a layer or a recurrent weight called once a
+step), the parts are one outer-product sum over all their steps, ``G_i = sum_j sum_t b^(j)_t
+a^(j)_t^T``, whose norm takes one Gram matrix per side (or ``G_i`` once, where cheaper) instead
+of a product per pair of parts. Parts without factors, or a caller that asks for
+materialisation, get the ``G_i`` summed row by row.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from dpcore.torch.per_example.layer_handlers import (
     OuterFactors,
     ParameterTerm,
     materialized_term,
+    outer_product_term,
 )
 
 __all__ = ["combined_term", "inner_products"]
@@ -81,6 +86,14 @@ def combined_term(
             every part is factorised; ``"auto"`` takes the cheaper of the two.
     """
     factors = _factorised(terms, shape)
+    if factors is not None and all(f.indices is None for f in factors):
+        # every part dense: one outer-product sum over all the parts' steps
+        dtype = torch.promote_types(factors[0].activations.dtype, terms[0].squared_norms.dtype)
+        activations = torch.cat([f.activations.to(dtype) for f in factors], dim=1)
+        backprops = torch.cat([f.backprops.to(dtype) for f in factors], dim=1)  # type: ignore[union-attr]
+        return outer_product_term(
+            name, activations.unsqueeze(1), backprops.unsqueeze(1), shape=shape, strategy=strategy
+        )
     if factors is not None and strategy != "materialize":
         d_out, d_in = factors[0].d_out, factors[0].d_in
         pairs = list(itertools.combinations(factors, 2))

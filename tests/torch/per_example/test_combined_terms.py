@@ -106,7 +106,7 @@ def test_parts_without_factors_or_in_other_layouts_are_summed_row_by_row() -> No
 
 def test_the_auto_rule_materialises_when_the_pairs_cost_more() -> None:
     generator = torch.Generator().manual_seed(9)
-    long = [_dense(40, generator), _dense(40, generator)]  # 1600 * 12 > 80 * 35
+    long = [_indexed(40, generator), _dense(40, generator)]  # 1600 * 12 > 80 * 35
     with pytest.raises(AssertionError, match="materialised"):
         combined_term(
             "weight",
@@ -116,12 +116,32 @@ def test_the_auto_rule_materialises_when_the_pairs_cost_more() -> None:
         )
     term = outer_product_term(
         "weight",
-        long[0].activations.unsqueeze(1),
-        long[0].backprops.unsqueeze(1),  # type: ignore[union-attr]
+        long[1].activations.unsqueeze(1),
+        long[1].backprops.unsqueeze(1),  # type: ignore[union-attr]
         shape=torch.Size([D_OUT, D_IN]),
         strategy="materialize",
     )
     assert term.factors is not None  # materialised terms keep their factors for combining
+
+
+@pytest.mark.parametrize("strategy", ["auto", "ghost", "materialize"])
+def test_dense_parts_are_one_sum_over_all_their_steps(strategy: str) -> None:
+    """A weight used once a step (a recurrent weight): its dense parts are concatenated along
+    the steps, and no part's gradient is written out."""
+    generator = torch.Generator().manual_seed(11)
+    parts = [_dense(1, generator) for _ in range(12)] + [_dense(40, generator)]
+    total = sum(_rows(p) for p in parts)
+    terms = [_term(p, rows_allowed=False) for p in parts]
+    combined = combined_term("weight", terms, torch.Size([D_OUT, D_IN]), strategy=strategy)  # type: ignore[arg-type]
+    torch.testing.assert_close(
+        combined.squared_norms, total.square().sum((1, 2)), atol=1e-12, rtol=0
+    )
+    assert combined.factors is not None and combined.factors.steps == 52
+    factors = torch.tensor([1.0, 0.5, 0.0, 0.25], dtype=torch.float64)
+    keep = torch.tensor([True, True, False, True])
+    expected = (factors.view(-1, 1, 1) * total)[keep].sum(0)
+    torch.testing.assert_close(combined.weighted_sum(factors, keep), expected, atol=1e-12, rtol=0)
+    torch.testing.assert_close(combined.rows(), total, atol=1e-12, rtol=0)
 
 
 class TiedLanguageModel(nn.Module):
