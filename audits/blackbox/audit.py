@@ -23,7 +23,7 @@ from audits.blackbox import data, profiles, scores, settings, training
 from audits.blackbox.decision import decide
 from audits.blackbox.profiles import Profile
 from audits.blackbox.scores import MEMBERSHIP_SIGN, SCORES
-from audits.blackbox.selection import chosen, merged, previous_rows, resume
+from audits.blackbox.selection import chosen, in_profile_order, merged, previous_rows, resume
 from audits.blackbox.settings import BlackBoxRun, BlackBoxSetting
 from audits.results_io import run_store, save
 from dpcore.accountants import PldAccountant
@@ -281,13 +281,6 @@ def run(
             )
             if checkpoint is not None:
                 export_runs(kept, plan_runs(whole), checkpoint)
-            save(stem, _in_profile_order(whole, merged(previous, meta, rows)), config)
+            names = [setting.name for setting, _ in whole.audits]
+            save(stem, in_profile_order(merged(previous, meta, rows), names), config)
     return rows
-
-
-def _in_profile_order(plan: Profile, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows sorted by their setting's place in the profile, then by claim (others last)."""
-    place = {setting.name: index for index, (setting, _) in enumerate(plan.audits)}
-    return sorted(
-        rows, key=lambda row: (place.get(row["setting_name"], len(place)), row["epsilon"])
-    )

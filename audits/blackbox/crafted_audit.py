@@ -52,7 +52,13 @@ from audits.blackbox.crafted_gradient import (
 )
 from audits.blackbox.decision import decide
 from audits.blackbox.selection import chosen as chosen_names
-from audits.blackbox.selection import merged, other_commits, previous_rows, resume
+from audits.blackbox.selection import (
+    in_profile_order,
+    merged,
+    other_commits,
+    previous_rows,
+    resume,
+)
 from audits.blackbox.settings import BlackBoxSetting
 from audits.results_io import run_store, save
 from dpcore.atomic import atomic_write_text
@@ -416,9 +422,6 @@ def run(
         "torch": torch.__version__,
         "pixel_value": crafted_gradient.PIXEL_VALUE,
     }
-    order = {
-        (setting.name, float(e)): i for i, (setting, _, es) in enumerate(whole.audits) for e in es
-    }
     for (setting, runs_per_world, epsilons), wanted in zip(whole.audits, keep, strict=True):
         if not wanted:
             continue
@@ -442,14 +445,8 @@ def run(
             config["wall_seconds"] = time.perf_counter() - start
             if checkpoint is not None:
                 export_runs(kept, plan_runs(whole), checkpoint)
-            together = merged(previous, meta, rows)
-            together.sort(
-                key=lambda r: (
-                    order.get((r["setting_name"], r["epsilon"]), len(order)),
-                    r["epsilon"],
-                )
-            )
-            save(stem, together, config)
+            names = [setting.name for setting, _, _ in whole.audits]
+            save(stem, in_profile_order(merged(previous, meta, rows), names), config)
     return rows
 
 

@@ -66,7 +66,7 @@ from torch import nn
 from audits import results_io
 from audits.blackbox import data, settings, training
 from audits.blackbox.selection import chosen as chosen_names
-from audits.blackbox.selection import merged, previous_rows
+from audits.blackbox.selection import in_profile_order, merged, previous_rows
 from audits.blackbox.settings import BlackBoxSetting
 from audits.dpsgd_whitebox import single_thread
 from audits.results_io import run_store, save
@@ -597,7 +597,6 @@ def run(
         "anchors": list(ANCHORS),
     }
     kept = store()
-    place = {setting.name: index for index, setting in enumerate(plan.settings)}
     rows: list[dict[str, Any]] = []
     for setting, wanted in zip(plan.settings, keep, strict=True):
         if not wanted:
@@ -619,12 +618,5 @@ def run(
         ]
         config["wall_seconds"] = time.perf_counter() - start
         together = merged(previous, meta, rows, key=("setting_name", "epsilon", "seed"))
-        together.sort(
-            key=lambda row: (
-                place.get(row["setting_name"], len(place)),
-                row["epsilon"],
-                row["seed"],
-            )
-        )
-        save(stem, together, config)
+        save(stem, in_profile_order(together, [s.name for s in plan.settings]), config)
     return rows

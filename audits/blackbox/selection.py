@@ -98,3 +98,17 @@ def resume(store: RunStore, specs: Sequence[Any], checkpoint: str | Path, progre
     if progress and (imported.added or imported.other_code):
         other = f", {imported.other_code} of other code not used" if imported.other_code else ""
         print(f"{checkpoint}: {imported.added} finished runs resumed{other}", flush=True)
+
+
+def in_profile_order(rows: list[dict[str, Any]], settings: Sequence[str]) -> list[dict[str, Any]]:
+    """``rows`` sorted by their setting's place in ``settings`` (the profile's setting names;
+    rows of other settings last), then by claim, then by seed where rows have one."""
+    place = {name: index for index, name in enumerate(settings)}
+    return sorted(
+        rows,
+        key=lambda row: (
+            place.get(row["setting_name"], len(place)),
+            row["epsilon"],
+            row.get("seed", 0),
+        ),
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from audits.blackbox.selection import chosen, merged, other_commits
+from audits.blackbox.selection import chosen, in_profile_order, merged, other_commits
 from dpcore.errors import InvalidParameterError
 
 NAMES = ["CNN: full batch", "Opacus CNN: full batch", "Opacus: full batch", "linear"]
@@ -39,3 +39,21 @@ def test_new_rows_replace_their_own_and_the_others_keep_their_commit() -> None:
     assert lines == ["Rows of b: commit `old`, created 2026-01-01."]
     keyed = merged(saved, meta, [{**new[0], "seed": 1}], key=("setting_name", "epsilon", "x"))
     assert len(keyed) == 3
+
+
+def test_rows_in_profile_order_settings_then_claims_then_seeds() -> None:
+    rows = [
+        {"setting_name": "b", "epsilon": 2.0, "seed": 1},
+        {"setting_name": "gone", "epsilon": 1.0},
+        {"setting_name": "a", "epsilon": 8.0},
+        {"setting_name": "b", "epsilon": 2.0, "seed": 0},
+        {"setting_name": "b", "epsilon": 1.0, "seed": 3},
+    ]
+    ordered = in_profile_order(rows, ["a", "b"])
+    assert [(r["setting_name"], r["epsilon"], r.get("seed")) for r in ordered] == [
+        ("a", 8.0, None),
+        ("b", 1.0, 3),
+        ("b", 2.0, 0),
+        ("b", 2.0, 1),
+        ("gone", 1.0, None),
+    ]
