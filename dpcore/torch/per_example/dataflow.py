@@ -413,7 +413,7 @@ class BatchDataflow(TorchFunctionMode):
             if first == size:
                 return (0 if dim == 0 and not rows else -1), 0
             return (-1, first // size) if first % size == 0 else (-1, 0)
-        if func in _SAME_LAYOUT:
+        if func in _SAME_LAYOUT and self._flattened._refs:  # else no operand is flattened
             found = {self.rows_per_example(t) for t in batched}
             if len(found) == 1 and all(
                 t.dim() == result.dim() >= 2 and int(t.shape[0]) == first for t in batched
@@ -555,6 +555,7 @@ class BatchDataflow(TorchFunctionMode):
         if batched:
             dim = self._output_dim(func, args, kwargs, batched, result, dims)
             rows = 0
+            flattened = bool(self._flattened._refs)
             if dim < 0 and isinstance(result, torch.Tensor) and outputs[0] is result:
                 dim, rows = self._flattened_layout(func, args, batched, result)
             for tensor in outputs:
@@ -565,7 +566,7 @@ class BatchDataflow(TorchFunctionMode):
                     del source_refs[key]
                 if rows:
                     self._flattened.put(tensor, rows)
-                else:
+                elif flattened:  # (none recorded: nothing to drop)
                     self._flattened.drop(tensor)
             if independent and not self._frames:
                 meeting = self._record(func, args, kwargs, result, independent)
