@@ -166,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         metavar="NAME",
         help="models: measure only these rows and add them to the saved models.json (rows of "
-        "the same models replaced, the others kept)",
+        "the same models and sizes replaced, the others kept); NAME:wide for a model at the "
+        "realistic width",
     )
     args = parser.parse_args(argv)
     if args.add_models is not None and args.names != ["models"]:

@@ -105,6 +105,7 @@ __all__ = [
     "ModelRun",
     "exactness",
     "measure",
+    "model_run",
     "run",
     "save",
 ]
@@ -144,7 +145,7 @@ WIDE_SIZES = Sizes(
 #: The sizes a row can be measured at, by name (the name is what a :class:`ModelRun` holds).
 SIZE_PROFILES = {"default": DEFAULT_SIZES, "wide": WIDE_SIZES}
 #: The models measured again at :data:`WIDE_SIZES` in the full profile.
-WIDE_MODELS = ("bert", "gpt2", "llama", "opt", "vit", "lora_bert", "lora_llama")
+WIDE_MODELS = ("bert", "gpt2", "llama", "opt", "vit", "lora_bert", "lora_llama", "gru", "lstm")
 #: Interleaved repetitions of a wide row (each step about a second).
 WIDE_REPETITIONS = 9
 
@@ -159,6 +160,24 @@ class ModelRun:
     threads: int = 1
     #: a key of :data:`SIZE_PROFILES`
     sizes: str = "default"
+
+
+def model_run(entry: str, repetitions: int, threads: int) -> ModelRun:
+    """The :class:`ModelRun` of ``entry``: a model's name (at the default sizes, with
+    ``repetitions``), or ``"name:sizes"`` (``"gru:wide"``: at :data:`WIDE_SIZES`, with
+    :data:`WIDE_REPETITIONS`).
+
+    Raises:
+        InvalidParameterError: an unknown model or sizes.
+    """
+    name, _, sizes = entry.partition(":")
+    recipe(name)
+    if not sizes or sizes == "default":
+        return ModelRun(name, repetitions, WARMUP, threads)
+    size_profile(sizes)
+    return ModelRun(
+        name, WIDE_REPETITIONS if sizes == "wide" else repetitions, WARMUP, threads, sizes
+    )
 
 
 def size_profile(name: str) -> Sizes:
@@ -704,7 +723,8 @@ def run(
         results_dir: where the files go.
         quick: :data:`QUICK_REPETITIONS` repetitions, and only :data:`QUICK_MODELS` unless
             ``models`` is given.
-        models: names of :data:`bench.models_zoo.MODELS` (default: all, or the quick ones).
+        models: names of :data:`bench.models_zoo.MODELS` (default: all, or the quick ones);
+            ``"name:wide"`` measures that model at :data:`WIDE_SIZES` (:func:`model_run`).
         threads: torch intra-op threads while measuring.
         executor: None or ``"local"``: one model after another in this process, the results
             saved after each. Else a :func:`dpcore.runs.run_many` executor handed one model at
@@ -723,16 +743,14 @@ def run(
     from dpcore.provenance import git_commit, provenance
 
     names = models if models is not None else (QUICK_MODELS if quick else tuple(MODELS))
-    for name in names:
-        recipe(name)
+    repetitions = QUICK_REPETITIONS if quick else REPETITIONS
+    specs = [model_run(name, repetitions, threads) for name in names]
     if add and models is None:
         raise InvalidParameterError("add", "given with models (the rows to add)", add)
     if threads < 1:
         raise InvalidParameterError("threads", "an integer >= 1", threads)
-    repetitions = QUICK_REPETITIONS if quick else REPETITIONS
     commit = git_commit(ROOT)  # before the first save changes the tracked results
     started = time.perf_counter()
-    specs = [ModelRun(name, repetitions, WARMUP, threads) for name in names]
     if not quick and models is None:  # the same recipes again at a realistic width
         specs += [ModelRun(name, WIDE_REPETITIONS, WARMUP, threads, "wide") for name in WIDE_MODELS]
     meta = provenance(

@@ -369,3 +369,18 @@ def test_opacus_is_measured_after_a_fix_that_keeps_the_model(tmp_path: Path) -> 
     encoder = models_zoo.recipe("transformer_encoder")
     inputs, _ = encoder.make_lot(4, 0)
     assert models_peers.exactly_fixed(encoder.model(), inputs) is None  # its fix changes it
+
+
+def test_a_model_at_the_wide_sizes_is_named_with_a_suffix(tmp_path: Path) -> None:
+    """``--add-models gru:wide`` measures the GRU at the realistic width, with the wide rows'
+    repetitions; unknown models and sizes are refused by name."""
+    assert models.model_run("gru", 12, 1) == models.ModelRun("gru", 12, models.WARMUP, 1)
+    assert models.model_run("gru:default", 12, 1).sizes == "default"
+    wide = models.model_run("gru:wide", 12, 1)
+    assert (wide.model, wide.sizes, wide.repetitions) == ("gru", "wide", models.WIDE_REPETITIONS)
+    with pytest.raises(InvalidParameterError, match="sizes"):
+        models.model_run("gru:huge", 12, 1)
+    with pytest.raises(InvalidParameterError):
+        models.model_run("resnet9000:wide", 12, 1)
+    with pytest.raises(InvalidParameterError, match="sizes"):
+        models.run(tmp_path, quick=True, models=("transformer_encoder:huge",))
