@@ -699,9 +699,14 @@ def added_to(
     kept += list(fresh.values())
     addition = {
         key: meta[key]
-        for key in ("commit", "date", "models", "load_average_at_start", "load_average_at_end")
+        for key in ("commit", "date", "load_average_at_start", "load_average_at_end")
         if key in meta
     }
+    # the rows measured (a run stopped early lists fewer than it was asked for)
+    addition["models"] = [
+        row["model"] + ("" if row.get("sizes", "default") == "default" else f":{row['sizes']}")
+        for row in rows
+    ]
     document = {k: v for k, v in saved.items() if k not in ("rows", "models_measured")}
     document["added"] = [*saved.get("added", []), addition]
     return document, kept
