@@ -16,7 +16,7 @@ from audits import results_io
 from dpcore.errors import InvalidParameterError
 from dpcore.runs import RunStore, import_runs
 
-__all__ = ["chosen", "merged", "other_commits", "previous_rows", "resume"]
+__all__ = ["chosen", "in_profile_order", "merged", "other_commits", "previous_rows", "resume"]
 
 
 def chosen(names: Sequence[str], wanted: Sequence[str] | None, profile: str) -> list[bool]:
@@ -66,17 +66,28 @@ def merged(
 
 def other_commits(rows: list[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
     """Lines naming the rows measured at another commit than the file's last write (a table
-    assembled setting by setting, ``--settings``), with their commit and date."""
-    others: dict[tuple[str, str], list[str]] = {}
+    assembled setting by setting, ``--settings``), with their commit and date; a setting whose
+    rows come from several commits names the claims of each."""
+    commits: dict[str, set[str]] = {}
+    others: dict[tuple[str, str], dict[str, list[float]]] = {}
     for row in rows:
-        commit = row.get("commit", meta.get("commit"))
-        if commit != meta.get("commit"):
-            names = others.setdefault((str(commit), str(row.get("created"))[:10]), [])
-            if row["setting_name"] not in names:
-                names.append(row["setting_name"])
+        commit = str(row.get("commit", meta.get("commit")))
+        commits.setdefault(row["setting_name"], set()).add(commit)
+        if commit != str(meta.get("commit")):
+            found = others.setdefault((commit, str(row.get("created"))[:10]), {})
+            claims = found.setdefault(row["setting_name"], [])
+            if row["epsilon"] not in claims:
+                claims.append(row["epsilon"])
+
+    def named(setting: str, claims: list[float]) -> str:
+        if len(commits[setting]) == 1:
+            return setting
+        return f"{setting} at ε = {', '.join(f'{e:g}' for e in claims)}"
+
     return [
-        f"Rows of {'; '.join(names)}: commit `{commit}`, created {created}."
-        for (commit, created), names in others.items()
+        f"Rows of {'; '.join(named(n, c) for n, c in found.items())}: commit `{commit}`, "
+        f"created {created}."
+        for (commit, created), found in others.items()
     ]
 
 

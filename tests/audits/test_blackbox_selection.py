@@ -39,6 +39,10 @@ def test_new_rows_replace_their_own_and_the_others_keep_their_commit() -> None:
     assert lines == ["Rows of b: commit `old`, created 2026-01-01."]
     keyed = merged(saved, meta, [{**new[0], "seed": 1}], key=("setting_name", "epsilon", "x"))
     assert len(keyed) == 3
+    # a setting measured at two commits: each line names its claims
+    mixed = [*rows, {"setting_name": "b", "epsilon": 2.0, "commit": "new", "created": "c"}]
+    lines = other_commits(mixed, {"commit": "new"})
+    assert lines == ["Rows of b at ε = 1: commit `old`, created 2026-01-01."]
 
 
 def test_rows_in_profile_order_settings_then_claims_then_seeds() -> None:
